@@ -1,0 +1,223 @@
+//! Command line: argument parsing and output formats only; no policy logic.
+//!
+//! Every decision is made by `gate`, every side effect by the module that owns
+//! it. tether-exec's own messages go to stderr as one line first, detail after;
+//! the command's stdout and stderr are never mixed with them.
+
+use crate::exit;
+use crate::gate::{self, Context, Decision, Input};
+use crate::policy::{Layer, Policy, Verdict};
+use clap::{Args, Parser, Subcommand};
+use std::path::{Path, PathBuf};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "tether-exec",
+    version,
+    about = "Gate and kernel-confine every shell command an AI agent runs",
+    long_about = "tether-exec decides, outside the model, whether a command may run now (allow), must wait for a human (ask), or is refused (deny); when it runs, the Linux kernel confines it (user/mount/pid/net/ipc/uts namespaces, Landlock, seccomp).",
+    after_help = "Exit codes: the command's own (128+N for signal N); 75 held for approval; 77 refused by policy; 124 timed out; 125 tether-exec failed; 126/127 cannot execute / not found."
+)]
+pub struct Cli {
+    /// State directory (approvals, audit). Default: $XDG_STATE_HOME/tether-exec, else ~/.local/state/tether-exec (home from the password database).
+    #[arg(long, global = true, env = "TETHER_EXEC_STATE_DIR", value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct CommandSpec {
+    /// Policy file (TOML or JSON); repeat to narrow: `--policy A --policy B` means B narrows A.
+    #[arg(long = "policy", value_name = "FILE")]
+    pub policies: Vec<PathBuf>,
+    /// The workspace (default: the current directory).
+    #[arg(long, value_name = "DIR")]
+    pub workspace: Option<PathBuf>,
+    /// A bash script; every simple command in it is gated.
+    #[arg(short = 'c', value_name = "SCRIPT", conflicts_with = "argv")]
+    pub script: Option<String>,
+    /// A program and its arguments, run directly without a shell.
+    #[arg(last = true, value_name = "PROG [ARG]...")]
+    pub argv: Vec<String>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Decide about a command without running it (exit 0 allow, 75 ask, 77 deny).
+    #[command(after_help = "Examples:\n  tether-exec check --policy policies/ci-runner.toml -c 'pytest -q && ruff check .'\n  tether-exec check --json -- git push origin main")]
+    Check {
+        #[command(flatten)]
+        spec: CommandSpec,
+        /// Print the decision as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Validate and combine policy files.
+    #[command(subcommand)]
+    Policy(PolicyCommand),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum PolicyCommand {
+    /// Check policy files: syntax, keys, globs, contradictions, rule examples.
+    #[command(after_help = "Example:\n  tether-exec policy validate policies/*.toml")]
+    Validate {
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
+    },
+    /// Print the effective policy of PARENT narrowed by CHILD, and its digest.
+    #[command(after_help = "Example:\n  tether-exec policy narrow policies/workspace-write.toml policies/docs-writer.toml")]
+    Narrow {
+        parent: PathBuf,
+        child: PathBuf,
+    },
+}
+
+/// Print tether-exec's own error: one line first, detail after.
+pub fn error_line(msg: &str) {
+    let mut lines = msg.lines();
+    if let Some(first) = lines.next() {
+        eprintln!("tether-exec: {first}");
+    }
+    for l in lines {
+        eprintln!("{l}");
+    }
+}
+
+/// Entry point: returns the process exit code.
+pub fn main() -> i32 {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.use_stderr() { exit::INTERNAL } else { 0 };
+            let _ = e.print();
+            return code;
+        }
+    };
+    match cli.command {
+        Command::Check { spec, json } => check(&spec, json),
+        Command::Policy(PolicyCommand::Validate { files }) => policy_validate(&files),
+        Command::Policy(PolicyCommand::Narrow { parent, child }) => policy_narrow(&parent, &child),
+    }
+}
+
+/// Resolve the workspace and the current directory, absolute and canonical.
+pub fn workspace_and_cwd(spec: &CommandSpec) -> Result<(PathBuf, PathBuf), String> {
+    let cwd = std::env::current_dir().map_err(|e| format!("cannot read the current directory: {e}"))?;
+    let ws = spec.workspace.clone().unwrap_or_else(|| cwd.clone());
+    let ws = std::fs::canonicalize(&ws).map_err(|e| format!("workspace {}: {e}", ws.display()))?;
+    if !ws.is_dir() {
+        return Err(format!("workspace {} is not a directory", ws.display()));
+    }
+    let cwd = std::fs::canonicalize(&cwd).unwrap_or(cwd);
+    let cwd = if cwd.starts_with(&ws) { cwd } else { ws.clone() };
+    Ok((ws, cwd))
+}
+
+fn input(spec: &CommandSpec) -> Result<Input<'_>, String> {
+    match (&spec.script, spec.argv.is_empty()) {
+        (Some(s), true) => Ok(Input::Script(s)),
+        (None, false) => Ok(Input::Argv(&spec.argv)),
+        (None, true) => Err("nothing to run: give -c SCRIPT or -- PROG [ARG]...".into()),
+        (Some(_), false) => Err("give either -c SCRIPT or -- PROG [ARG]..., not both".into()),
+    }
+}
+
+/// Load the policy stack of a command, printing the error on failure.
+pub fn load(spec: &CommandSpec) -> Result<Policy, i32> {
+    crate::load_policy(&spec.policies).map_err(|e| {
+        error_line(&format!("invalid policy\n{e}"));
+        exit::INTERNAL
+    })
+}
+
+/// Decide, printing input errors. Ok((policy, workspace, cwd, decision)).
+pub fn decide(spec: &CommandSpec) -> Result<(Policy, PathBuf, PathBuf, Decision), i32> {
+    let policy = load(spec)?;
+    let (ws, cwd) = workspace_and_cwd(spec).map_err(|e| {
+        error_line(&e);
+        exit::INTERNAL
+    })?;
+    let inp = input(spec).map_err(|e| {
+        error_line(&e);
+        exit::INTERNAL
+    })?;
+    let ctx = Context::new(&ws, &cwd);
+    let d = gate::decide(&policy, inp, &ctx).map_err(|e| {
+        error_line(&format!("cannot judge the command: {e}"));
+        exit::INTERNAL
+    })?;
+    Ok((policy, ws, cwd, d))
+}
+
+pub fn verdict_exit(v: Verdict) -> i32 {
+    match v {
+        Verdict::Allow => 0,
+        Verdict::Ask => exit::HELD,
+        Verdict::Deny => exit::REFUSED,
+    }
+}
+
+fn check(spec: &CommandSpec, json: bool) -> i32 {
+    let (policy, _ws, _cwd, d) = match decide(spec) {
+        Ok(x) => x,
+        Err(code) => return code,
+    };
+    if json {
+        let v = serde_json::json!({
+            "v": 1,
+            "decision": d.decision,
+            "commands": d.commands,
+            "approvals_required": d.approvals_required,
+            "policy_digest": policy.digest(),
+        });
+        println!("{v}");
+    } else {
+        println!("{}", render_decision(&d));
+    }
+    verdict_exit(d.decision)
+}
+
+/// The decision for a person: the verdict, then one line per simple command.
+pub fn render_decision(d: &Decision) -> String {
+    let mut s = format!("decision: {}", d.decision);
+    for j in &d.commands {
+        s.push_str(&format!("\n  {:<5}  {}\n         {}", j.verdict.to_string(), j.command, j.reason));
+    }
+    s
+}
+
+fn policy_validate(files: &[PathBuf]) -> i32 {
+    let mut failed = false;
+    for f in files {
+        match crate::load_policy(std::slice::from_ref(f)) {
+            Ok(p) => println!("{}: ok ({})", f.display(), p.digest()),
+            Err(e) => {
+                failed = true;
+                eprintln!("{e}");
+            }
+        }
+    }
+    if failed {
+        exit::INTERNAL
+    } else {
+        0
+    }
+}
+
+fn policy_narrow(parent: &Path, child: &Path) -> i32 {
+    match crate::load_policy(&[parent.to_path_buf(), child.to_path_buf()]) {
+        Ok(p) => {
+            let mut v = serde_json::to_value(p.effective()).expect("serialisable");
+            v["digest"] = serde_json::Value::String(p.digest());
+            v["sources"] = serde_json::json!(p.layers.iter().map(|l: &Layer| l.source.clone()).collect::<Vec<_>>());
+            println!("{}", serde_json::to_string_pretty(&v).expect("serialisable"));
+            0
+        }
+        Err(e) => {
+            error_line(&format!("invalid policy\n{e}"));
+            exit::INTERNAL
+        }
+    }
+}

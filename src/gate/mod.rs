@@ -1,0 +1,573 @@
+//! The gate: allow, ask or deny a command, deterministically, with the rule that decided.
+//!
+//! A script is split into every simple command it can run ([`parse`]), each
+//! command is seen through its wrappers ([`normalize`]), and each resulting
+//! program and argument list is matched against every policy layer. The
+//! verdict is the strictest over all commands and all layers (deny > ask >
+//! allow): one denied fragment anywhere denies the whole script, and one
+//! fragment the gate does not understand makes it ask.
+//!
+//! Rules match argv *tokens*, never raw text. A token the gate cannot know
+//! before running (a variable, a substitution, a glob) never satisfies an
+//! allow rule, and where a deny or ask rule expects a word it counts as a
+//! possible match, which asks. This module is pure: no I/O, no clock.
+
+pub mod normalize;
+pub mod parse;
+
+use crate::policy::{is_dangerous_env, Layer, Policy, PolicyError, Profile, RuleList, Verdict};
+use normalize::{Program, Unwrapped};
+use parse::{Cwd, RedirectKind, Simple, Unit, Word};
+use serde::Serialize;
+use std::collections::VecDeque;
+use std::path::{Component, Path, PathBuf};
+
+pub use parse::{GateInputError, MAX_SCRIPT_BYTES};
+
+/// Built-ins that change nothing outside the shell and need no rule.
+const HARMLESS_BUILTINS: &[&str] = &[
+    "cd", "pwd", "true", "false", ":", "test", "[", "echo", "printf", "exit", "return", "shift", "break", "continue",
+    "set", "unset", "shopt", "wait", "read", "local", "export", "declare", "typeset", "readonly", "umask", "type",
+    "pushd", "popd", "dirs", "let", "getopts", "mapfile", "readarray", "ulimit", "times", "jobs", "hash",
+];
+
+/// Built-ins that run text as code or change how later words are looked up.
+const OPAQUE_BUILTINS: &[(&str, &str)] = &[
+    ("eval", "`eval` runs text as a script"),
+    ("source", "`source` runs a file the gate cannot see"),
+    (".", "`.` runs a file the gate cannot see"),
+    ("alias", "`alias` changes what later words run"),
+    ("trap", "`trap` runs text as a script later"),
+    ("enable", "`enable` can load built-ins from a shared object"),
+    ("fc", "`fc` re-runs commands from history"),
+    ("coproc", "`coproc` runs a command the gate cannot follow"),
+];
+
+/// What the gate is asked about.
+#[derive(Debug, Clone, Copy)]
+pub enum Input<'a> {
+    /// A bash script, as given to `-c`.
+    Script(&'a str),
+    /// A program and its arguments, run directly (no shell).
+    Argv(&'a [String]),
+}
+
+/// Where the command would run: redirect targets are judged against it.
+#[derive(Debug, Clone)]
+pub struct Context {
+    /// The workspace root, absolute.
+    pub workspace: PathBuf,
+    /// The starting directory, relative to the workspace (`""` for the root),
+    /// or `None` when it is outside the workspace.
+    pub cwd: Option<String>,
+}
+
+impl Context {
+    pub fn new(workspace: &Path, cwd: &Path) -> Context {
+        let cwd = cwd.strip_prefix(workspace).ok().map(|p| p.to_string_lossy().into_owned());
+        Context {
+            workspace: workspace.to_path_buf(),
+            cwd,
+        }
+    }
+}
+
+/// The verdict on one simple command, and why.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Judged {
+    /// The command as the gate understood it (normalised argv, or what it could not read).
+    pub command: String,
+    pub verdict: Verdict,
+    /// The rule or reason that decided, in words.
+    pub reason: String,
+    /// The matched rule's text, when a rule decided.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+    /// Which list the rule is in (`deny`, `require_approval_for`, `bash_allow_prefixes`, `default`, ...).
+    pub source: String,
+    /// The policy file of that rule.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policy: Option<String>,
+}
+
+/// The gate's answer for a whole input.
+#[derive(Debug, Clone, Serialize)]
+pub struct Decision {
+    pub decision: Verdict,
+    pub commands: Vec<Judged>,
+    /// Distinct approvers an `ask` needs (the largest any matched rule requires).
+    pub approvals_required: u32,
+    /// Whether every ask rule that matched permits a preview.
+    pub preview_allowed: bool,
+}
+
+impl Decision {
+    /// The judged commands that set the overall verdict.
+    pub fn deciding(&self) -> impl Iterator<Item = &Judged> {
+        self.commands.iter().filter(move |j| j.verdict == self.decision)
+    }
+
+    /// One line naming what decided, for messages: `rm -rf x: deny rule "rm" (p.toml)`.
+    pub fn summary(&self) -> String {
+        match self.deciding().next() {
+            Some(j) => format!("`{}`: {}", j.command, j.reason),
+            None => "no commands".into(),
+        }
+    }
+}
+
+/// Decide about an input under a policy. Pure and total: every input gets an answer.
+pub fn decide(policy: &Policy, input: Input<'_>, ctx: &Context) -> Result<Decision, GateInputError> {
+    let units = match input {
+        Input::Script(s) => parse::parse_script(s)?,
+        Input::Argv(argv) => {
+            let total: usize = argv.iter().map(|a| a.len() + 1).sum();
+            if total > MAX_SCRIPT_BYTES {
+                return Err(GateInputError::TooLarge(total));
+            }
+            vec![Unit::Command(Simple {
+                assignments: vec![],
+                words: argv.iter().map(|a| Word::Lit(a.clone())).collect(),
+                redirects: vec![],
+                cwd: Cwd::Known(String::new()),
+                depth: 0,
+            })]
+        }
+    };
+    let mut g = Gate {
+        policy,
+        globs: policy.path_globs(),
+        ctx,
+        out: Vec::new(),
+        approvals: 1,
+        preview: true,
+    };
+    let mut queue: VecDeque<Unit> = units.into();
+    while let Some(u) = queue.pop_front() {
+        g.unit(u, &mut queue);
+    }
+    let decision = g.out.iter().map(|j| j.verdict).max().unwrap_or(Verdict::Allow);
+    Ok(Decision {
+        decision,
+        commands: g.out,
+        approvals_required: g.approvals,
+        preview_allowed: g.preview,
+    })
+}
+
+/// Check every rule example of every layer: `match` examples must be matched by
+/// the rule, `not_match` examples must not be.
+pub fn check_examples(policy: &Policy) -> Result<(), PolicyError> {
+    for layer in &policy.layers {
+        let single = Policy::new(vec![layer.clone()], vec![]);
+        let ctx = Context {
+            workspace: PathBuf::from("/workspace"),
+            cwd: Some(String::new()),
+        };
+        for list in [RuleList::Deny, RuleList::RequireApprovalFor, RuleList::BashAllowPrefixes] {
+            for rule in layer.rules(list) {
+                let text = rule.text();
+                for (example, want) in rule
+                    .examples_match
+                    .iter()
+                    .map(|e| (e, true))
+                    .chain(rule.examples_not_match.iter().map(|e| (e, false)))
+                {
+                    let d = decide(&single, Input::Script(example), &ctx).map_err(|e| example_error(layer, list, example, &e.to_string(), "shorten the example"))?;
+                    let matched = d.commands.iter().any(|j| j.rule.as_deref() == Some(text.as_str()) && j.source == list.key());
+                    if matched != want {
+                        let msg = if want {
+                            format!("rule `{text}` in {} should match its example `{example}` but does not ({})", list.key(), d.summary())
+                        } else {
+                            format!("rule `{text}` in {} matches `{example}`, listed under not_match", list.key())
+                        };
+                        return Err(example_error(layer, list, example, &msg, "correct the rule's prefix or the example; prefixes match whole argv tokens after wrappers such as env/timeout and git's global options are removed"));
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn example_error(layer: &Layer, list: RuleList, example: &str, msg: &str, fix: &str) -> PolicyError {
+    let (line, column) = crate::policy::locate(&layer.text, list.key(), example);
+    PolicyError::Invalid {
+        file: layer.source.clone(),
+        line,
+        column,
+        message: msg.to_string(),
+        fix: fix.to_string(),
+    }
+}
+
+struct Gate<'a> {
+    policy: &'a Policy,
+    globs: crate::policy::PathGlobs,
+    ctx: &'a Context,
+    out: Vec<Judged>,
+    approvals: u32,
+    preview: bool,
+}
+
+/// How well a rule's tokens match an argv.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Match {
+    No,
+    /// A word the gate cannot know stands where the rule expects a literal.
+    Maybe,
+    Yes,
+}
+
+fn words_text(words: &[Word]) -> String {
+    words.iter().map(|w| quote_for_display(w.display())).collect::<Vec<_>>().join(" ")
+}
+
+fn quote_for_display(s: &str) -> String {
+    if !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%^".contains(c)) {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+impl Gate<'_> {
+    fn push(&mut self, command: String, verdict: Verdict, reason: String, source: &str) {
+        self.out.push(Judged {
+            command,
+            verdict,
+            reason,
+            rule: None,
+            source: source.to_string(),
+            policy: None,
+        });
+    }
+
+    fn unit(&mut self, u: Unit, queue: &mut VecDeque<Unit>) {
+        match u {
+            Unit::Opaque { what, text } => self.push(text, Verdict::Ask, format!("not understood: {what}"), "parser"),
+            Unit::DangerousAssignment { name, how } => self.push(
+                name.clone(),
+                Verdict::Ask,
+                format!("{how} assigns {name}, which changes what later commands run"),
+                "assignment",
+            ),
+            Unit::Command(s) => self.simple(s, queue),
+        }
+    }
+
+    fn simple(&mut self, s: Simple, queue: &mut VecDeque<Unit>) {
+        let shown = if s.words.is_empty() {
+            s.assignments.iter().map(|(n, v)| format!("{n}={}", v.display())).collect::<Vec<_>>().join(" ")
+        } else {
+            words_text(&s.words)
+        };
+        for (name, _) in &s.assignments {
+            if is_dangerous_env(name) {
+                let how = if s.words.is_empty() { "assignment" } else { "assignment before the command" };
+                self.push(shown.clone(), Verdict::Ask, format!("{how} to {name} changes which program runs or what it loads"), "assignment");
+            }
+        }
+        let interpreter_reads_here = s.redirects.iter().any(|r| r.kind == RedirectKind::HereInput);
+        for r in &s.redirects {
+            if r.kind == RedirectKind::Write {
+                self.write_target(&shown, &r.target, &s.cwd);
+            }
+        }
+        if s.words.is_empty() {
+            if s.assignments.is_empty() && s.redirects.iter().all(|r| r.kind != RedirectKind::Write) {
+                return;
+            }
+            // Plain assignments and bare redirects need no rule.
+            if !self.out.iter().any(|j| j.command == shown) {
+                self.push(shown, Verdict::Allow, "assignment or redirect only".into(), "builtin");
+            }
+            return;
+        }
+        self.argv(s.words, &s.cwd, s.depth, interpreter_reads_here, queue);
+    }
+
+    /// Judge an argv, seeing through wrappers.
+    fn argv(&mut self, mut words: Vec<Word>, cwd: &Cwd, depth: usize, here_input: bool, queue: &mut VecDeque<Unit>) {
+        let mut via: Vec<String> = Vec::new();
+        loop {
+            let shown = words_text(&words);
+            let first = match &words[0] {
+                Word::Lit(s) => s.clone(),
+                other => {
+                    self.push(shown, Verdict::Ask, format!("the program name `{}` is only known when the script runs", other.display()), "parser");
+                    return;
+                }
+            };
+            let prog = normalize::program(&first);
+            if let Some((_, why)) = OPAQUE_BUILTINS.iter().find(|(n, _)| *n == prog.name) {
+                // An explicit deny still wins; otherwise ask.
+                self.rules_only(&prog, &words, &shown);
+                self.push(shown, Verdict::Ask, format!("not understood: {why}"), "parser");
+                return;
+            }
+            let names = normalize::assigned_names(&prog.name, &words);
+            if let Some(n) = names.iter().find(|n| is_dangerous_env(n)) {
+                self.push(shown.clone(), Verdict::Ask, format!("`{}` assigns {n}, which changes what later commands run", prog.name), "assignment");
+            }
+            if !names.is_empty() || matches!(prog.name.as_str(), "export" | "declare" | "typeset" | "local" | "readonly") {
+                if let Some(w) = words.iter().skip(1).find(|w| w.lit().is_none()) {
+                    self.push(shown.clone(), Verdict::Ask, format!("`{}` assigns through a word only known at run time (`{}`)", prog.name, w.display()), "assignment");
+                }
+                if prog.name == "export" && words.iter().any(|w| w.lit() == Some("-f")) {
+                    self.push(shown.clone(), Verdict::Ask, "`export -f` exports a function into child shells".into(), "assignment");
+                }
+            }
+            if prog.name == "hash" && words.iter().any(|w| w.lit() == Some("-p")) {
+                self.push(shown, Verdict::Ask, "`hash -p` changes which file a command name runs".into(), "parser");
+                return;
+            }
+            if here_input && normalize::is_interpreter(&prog.name) {
+                self.push(shown.clone(), Verdict::Ask, format!("a here-document or here-string feeds code to `{}`", prog.name), "parser");
+            }
+            match normalize::unwrap(&prog.name, &words) {
+                Unwrapped::Final => {}
+                Unwrapped::Ask(why) => {
+                    self.rules_only(&prog, &words, &shown);
+                    self.push(shown, Verdict::Ask, format!("not understood: {why}"), "parser");
+                    return;
+                }
+                Unwrapped::Inner(i) => {
+                    self.rules_only(&prog, &words, &shown);
+                    via.push(prog.name);
+                    words = words.split_off(i);
+                    continue;
+                }
+                Unwrapped::InnerWithWrite { inner, file } => {
+                    self.write_target(&shown, &words[file].clone(), cwd);
+                    self.rules_only(&prog, &words, &shown);
+                    via.push(prog.name);
+                    words = words.split_off(inner);
+                    continue;
+                }
+                Unwrapped::Script { index } => {
+                    self.rules_only(&prog, &words, &shown);
+                    match &words[index] {
+                        Word::Lit(script) => {
+                            let mut units = Vec::new();
+                            parse::parse_nested(script, depth + 1, cwd, &mut units);
+                            queue.extend(units);
+                        }
+                        other => self.push(shown, Verdict::Ask, format!("`{} -c` runs a script only known at run time (`{}`)", prog.name, other.display()), "parser"),
+                    }
+                    return;
+                }
+                Unwrapped::JoinedScript { from } => {
+                    self.rules_only(&prog, &words, &shown);
+                    if words[from..].iter().all(|w| w.lit().is_some()) {
+                        let script = words[from..].iter().filter_map(Word::lit).collect::<Vec<_>>().join(" ");
+                        let mut units = Vec::new();
+                        parse::parse_nested(&script, depth + 1, cwd, &mut units);
+                        queue.extend(units);
+                    } else {
+                        self.push(shown, Verdict::Ask, format!("`{}` runs words only known at run time", prog.name), "parser");
+                    }
+                    return;
+                }
+            }
+            // Programs that run other programs from their arguments.
+            if prog.name == "find" {
+                for (a, b) in normalize::find_exec_ranges(&words) {
+                    if a < b {
+                        queue.push_back(Unit::Command(Simple {
+                            assignments: vec![],
+                            words: words[a..b].to_vec(),
+                            redirects: vec![],
+                            cwd: Cwd::Unknown,
+                            depth: depth + 1,
+                        }));
+                    }
+                }
+            }
+            let mut argv = words.clone();
+            if prog.name == "git" {
+                match normalize::git_subcommand(&words) {
+                    Ok(i) => {
+                        argv = std::iter::once(Word::Lit("git".into())).chain(words[i..].iter().cloned()).collect();
+                    }
+                    Err(why) => {
+                        self.rules_only(&prog, &words, &shown);
+                        self.push(shown, Verdict::Ask, why, "parser");
+                        return;
+                    }
+                }
+            }
+            let prefix = if via.is_empty() { String::new() } else { format!("{} → ", via.join(" → ")) };
+            self.final_command(&prog, &argv, &format!("{prefix}{}", words_text(&argv)));
+            return;
+        }
+    }
+
+    /// Match a program's argv against every layer; record the strictest.
+    fn final_command(&mut self, prog: &Program, argv: &[Word], shown: &str) {
+        let mut best: Option<Judged> = None;
+        for layer in &self.policy.layers {
+            let j = self.judge_in_layer(layer, prog, argv, shown, true);
+            if best.as_ref().is_none_or(|b| j.verdict > b.verdict) {
+                best = Some(j);
+            }
+        }
+        if let Some(j) = best {
+            self.out.push(j);
+        }
+    }
+
+    /// For wrappers: only explicit deny/ask matches count (at least `floor`).
+    fn rules_only(&mut self, prog: &Program, words: &[Word], shown: &str) {
+        for layer in &self.policy.layers {
+            let j = self.judge_in_layer(layer, prog, words, shown, false);
+            if j.verdict > Verdict::Allow {
+                self.out.push(j);
+            }
+        }
+    }
+
+    fn judge_in_layer(&mut self, layer: &Layer, prog: &Program, argv: &[Word], shown: &str, final_level: bool) -> Judged {
+        let judged = |verdict, reason: String, rule: Option<String>, source: &str| Judged {
+            command: shown.to_string(),
+            verdict,
+            reason,
+            rule,
+            source: source.to_string(),
+            policy: Some(layer.source.clone()),
+        };
+        for list in [RuleList::Deny, RuleList::RequireApprovalFor] {
+            let mut maybe: Option<String> = None;
+            for rule in layer.rules(list) {
+                match rule_match(&rule.tokens, prog, argv, true) {
+                    Match::Yes => {
+                        if list == RuleList::RequireApprovalFor {
+                            self.approvals = self.approvals.max(rule.approvals);
+                            self.preview &= rule.preview;
+                        }
+                        let what = if list == RuleList::Deny { "deny rule" } else { "approval required by rule" };
+                        return judged(list.verdict(), format!("{what} \"{}\" ({})", rule.text(), layer.source), Some(rule.text()), list.key());
+                    }
+                    Match::Maybe => maybe = maybe.or(Some(rule.text())),
+                    Match::No => {}
+                }
+            }
+            if let Some(text) = maybe {
+                return judged(
+                    Verdict::Ask,
+                    format!("a word only known at run time could make this match {} rule \"{text}\" ({})", list.key(), layer.source),
+                    Some(text),
+                    list.key(),
+                );
+            }
+        }
+        if !final_level {
+            return judged(Verdict::Allow, String::new(), None, "wrapper");
+        }
+        for rule in layer.rules(RuleList::BashAllowPrefixes) {
+            if rule_match(&rule.tokens, prog, argv, false) == Match::Yes {
+                return judged(Verdict::Allow, format!("allowed by rule \"{}\" ({})", rule.text(), layer.source), Some(rule.text()), RuleList::BashAllowPrefixes.key());
+            }
+        }
+        if HARMLESS_BUILTINS.contains(&prog.name.as_str()) {
+            return judged(Verdict::Allow, format!("`{}` is a harmless shell built-in", prog.name), None, "builtin");
+        }
+        let why = if layer.default == Verdict::Allow && layer.allow.is_empty() && layer.ask.is_empty() && layer.deny.is_empty() {
+            format!("no rule lists: every command is allowed, confined ({})", layer.source)
+        } else {
+            format!("no rule matches; the default is {} ({})", layer.default, layer.source)
+        };
+        judged(layer.default, why, None, "default")
+    }
+
+    /// A redirect writes `target`: judge where it lands.
+    fn write_target(&mut self, shown: &str, target: &Word, cwd: &Cwd) {
+        let verdict = self.judge_write(target, cwd);
+        if let Some((v, reason)) = verdict {
+            self.push(shown.to_string(), v, reason, "redirect");
+        }
+    }
+
+    fn judge_write(&self, target: &Word, cwd: &Cwd) -> Option<(Verdict, String)> {
+        let t = match target {
+            Word::Lit(t) => t,
+            other => return Some((Verdict::Ask, format!("a redirect writes to `{}`, only known at run time", other.display()))),
+        };
+        if matches!(t.as_str(), "/dev/null" | "/dev/stdout" | "/dev/stderr" | "/dev/tty" | "/dev/zero" | "/dev/full") || t.starts_with("/dev/fd/") {
+            return None;
+        }
+        let abs = if t.starts_with('/') {
+            lexical(Path::new(t))
+        } else {
+            let base = match (cwd, &self.ctx.cwd) {
+                (Cwd::Known(rel), Some(start)) => self.ctx.workspace.join(start).join(rel),
+                _ => return Some((Verdict::Ask, format!("a redirect writes to `{t}` relative to a directory the gate cannot follow"))),
+            };
+            lexical(&base.join(t))
+        };
+        let Some(abs) = abs else {
+            return Some((Verdict::Deny, format!("a redirect writes to `{t}`, which climbs above /")));
+        };
+        let ws = &self.ctx.workspace;
+        if let Ok(rel) = abs.strip_prefix(ws) {
+            let rel = rel.to_string_lossy();
+            if let Some(p) = self.globs.protected_by(&rel) {
+                return Some((Verdict::Deny, format!("a redirect writes to protected path `{rel}` ({p})")));
+            }
+            if self.policy.profile() == Profile::ReadOnly {
+                return Some((Verdict::Deny, format!("a redirect writes to `{rel}`, but the profile is read-only")));
+            }
+            if !rel.is_empty() && !self.globs.writable(&rel) {
+                return Some((Verdict::Deny, format!("a redirect writes to `{rel}`, outside writable_globs")));
+            }
+            return None;
+        }
+        if abs.starts_with("/tmp") && abs != Path::new("/tmp") {
+            return None; // the sandbox's private /tmp
+        }
+        Some((Verdict::Deny, format!("a redirect writes to `{}`, outside the workspace", abs.display())))
+    }
+}
+
+/// Normalise `.` and `..` without touching the filesystem; `None` if it climbs above `/`.
+fn lexical(p: &Path) -> Option<PathBuf> {
+    let mut out = PathBuf::from("/");
+    for c in p.components() {
+        match c {
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+            Component::ParentDir => {
+                if !out.pop() {
+                    return None;
+                }
+            }
+            Component::Normal(n) => out.push(n),
+        }
+    }
+    Some(out)
+}
+
+/// Does a rule's token list match an argv? `strict` rules (deny, ask) also match
+/// a program given by path through its base name (`./rm`, `/tmp/rm`).
+fn rule_match(tokens: &[String], prog: &Program, argv: &[Word], strict: bool) -> Match {
+    if argv.len() < tokens.len() {
+        return Match::No;
+    }
+    let head = &tokens[0];
+    let program_ok = if head.contains('/') {
+        argv[0].lit() == Some(head.as_str())
+    } else {
+        prog.name == *head || (strict && prog.base == *head)
+    };
+    if !program_ok {
+        return Match::No;
+    }
+    let mut m = Match::Yes;
+    for (t, w) in tokens[1..].iter().zip(&argv[1..]) {
+        match w {
+            Word::Lit(s) if s == t => {}
+            Word::Lit(_) => return Match::No,
+            Word::Pattern(_) | Word::Dynamic(_) => m = Match::Maybe,
+        }
+    }
+    m
+}

@@ -1,0 +1,383 @@
+//! Seeing through wrappers: what program a simple command really runs.
+//!
+//! `env FOO=1 timeout 5 nice -n 2 git -C sub status` runs `git status`. Each
+//! wrapper's options are parsed exactly (an unknown option stops the unwrap and
+//! makes the command ask), and the wrapper's own words are kept too, so a rule
+//! that denies `sudo` or `timeout` still fires. Shells given `-c SCRIPT` are
+//! parsed again as scripts; `find -exec` and `xargs` contribute the command
+//! they run.
+
+use super::parse::Word;
+
+/// Directories whose programs are the system's own: `/usr/bin/git` is `git`.
+const SYSTEM_BIN_DIRS: &[&str] = &["/usr/bin", "/bin", "/usr/sbin", "/sbin", "/usr/local/bin", "/usr/local/sbin"];
+
+/// Shells that take `-c SCRIPT`.
+pub const SHELLS: &[&str] = &["bash", "sh", "dash", "zsh", "ksh", "mksh", "ash", "yash", "rbash"];
+
+/// Programs that execute code they read from standard input.
+pub fn is_interpreter(prog: &str) -> bool {
+    SHELLS.contains(&prog)
+        || matches!(prog, "python" | "python2" | "python3" | "perl" | "ruby" | "node" | "nodejs" | "php" | "lua" | "tclsh" | "fish" | "pwsh" | "busybox" | "deno" | "bun" | "irb" | "R" | "Rscript")
+        || (prog.starts_with("python3.") && prog[8..].chars().all(|c| c.is_ascii_digit()))
+}
+
+/// The program a command word names, normalised.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Program {
+    /// `git` for `git` and `/usr/bin/git`; the path as written for anything else.
+    pub name: String,
+    /// The last path component, used by deny/ask rules so `./rm` is still `rm` to them.
+    pub base: String,
+}
+
+pub fn program(word: &str) -> Program {
+    if let Some((dir, base)) = word.rsplit_once('/') {
+        let dir = if dir.is_empty() { "/" } else { dir };
+        let name = if SYSTEM_BIN_DIRS.contains(&dir) && !base.is_empty() {
+            base.to_string()
+        } else {
+            word.to_string()
+        };
+        Program {
+            name,
+            base: base.to_string(),
+        }
+    } else {
+        Program {
+            name: word.to_string(),
+            base: word.to_string(),
+        }
+    }
+}
+
+/// What unwrapping one level found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unwrapped {
+    /// Not a wrapper, or a wrapper with nothing to run (`env` alone prints).
+    Final,
+    /// The wrapped command starts at this index.
+    Inner(usize),
+    /// The wrapper itself must be asked about, with the reason.
+    Ask(String),
+    /// A shell running a script given as a string.
+    Script { index: usize },
+    /// Words joined and run by `sh -c` (watch).
+    JoinedScript { from: usize },
+    /// A write the wrapper performs (`time -o FILE`), plus the inner start.
+    InnerWithWrite { inner: usize, file: usize },
+}
+
+fn lit(words: &[Word], i: usize) -> Option<&str> {
+    words.get(i).and_then(Word::lit)
+}
+
+/// Parse the options of a wrapper. `flags` take no value, `valued` take one
+/// (as the next word or `--opt=value` / `-oVALUE`). Returns the index of the
+/// first operand, or an ask reason.
+fn skip_options(words: &[Word], start: usize, flags: &[&str], valued: &[&str], who: &str) -> Result<usize, String> {
+    let mut i = start;
+    while i < words.len() {
+        let Some(w) = lit(words, i) else {
+            return Err(format!("`{who}` has a non-literal option; the gate cannot tell what it runs"));
+        };
+        if w == "--" {
+            return Ok(i + 1);
+        }
+        if !w.starts_with('-') || w == "-" {
+            return Ok(i);
+        }
+        if flags.contains(&w) {
+            i += 1;
+            continue;
+        }
+        if valued.contains(&w) {
+            i += 2;
+            continue;
+        }
+        if let Some((opt, _)) = w.split_once('=') {
+            if valued.contains(&opt) && opt.starts_with("--") {
+                i += 1;
+                continue;
+            }
+        }
+        // Short option with attached value: `-n10`, `-uroot`.
+        if w.len() > 2 && !w.starts_with("--") && valued.contains(&&w[..2]) {
+            i += 1;
+            continue;
+        }
+        // Clustered short flags: `-rt`.
+        if !w.starts_with("--") && w[1..].chars().all(|c| flags.contains(&format!("-{c}").as_str())) {
+            i += 1;
+            continue;
+        }
+        return Err(format!("`{who}` option `{w}` is not one the gate knows; it cannot tell what runs"));
+    }
+    Ok(i)
+}
+
+/// Unwrap one level: is `words[0]` (normalised to `prog`) a wrapper?
+pub fn unwrap(prog: &str, words: &[Word]) -> Unwrapped {
+    let inner_or_final = |r: Result<usize, String>| match r {
+        Ok(i) if i < words.len() => Unwrapped::Inner(i),
+        Ok(_) => Unwrapped::Final,
+        Err(e) => Unwrapped::Ask(e),
+    };
+    match prog {
+        "env" => {
+            let mut i = 1;
+            while i < words.len() {
+                let Some(w) = lit(words, i) else {
+                    return Unwrapped::Ask("`env` has a non-literal argument".into());
+                };
+                match w {
+                    "-i" | "--ignore-environment" | "-0" | "--null" | "-v" | "--debug" | "-" => i += 1,
+                    "-u" | "--unset" | "-C" | "--chdir" => i += 2,
+                    "--" => {
+                        i += 1;
+                        break;
+                    }
+                    "-S" | "--split-string" => return Unwrapped::Ask("`env -S` splits a string into a command line".into()),
+                    _ if w.starts_with("--unset=") || w.starts_with("--chdir=") || (w.starts_with("-u") && w.len() > 2) => i += 1,
+                    _ if w.starts_with("-S") || w.starts_with("--split-string=") => {
+                        return Unwrapped::Ask("`env -S` splits a string into a command line".into())
+                    }
+                    _ if w.starts_with('-') => return Unwrapped::Ask(format!("`env` option `{w}` is not one the gate knows")),
+                    _ => {
+                        if let Some((name, _)) = w.split_once('=') {
+                            if crate::policy::is_dangerous_env(name) {
+                                return Unwrapped::Ask(format!("`env` sets {name}, which changes what programs run"));
+                            }
+                            i += 1;
+                        } else {
+                            break;
+                        }
+                    }
+                }
+            }
+            if i < words.len() {
+                Unwrapped::Inner(i)
+            } else {
+                Unwrapped::Final
+            }
+        }
+        "timeout" => match skip_options(
+            words,
+            1,
+            &["--preserve-status", "--foreground", "-v", "--verbose", "-f", "-p"],
+            &["-s", "--signal", "-k", "--kill-after"],
+            "timeout",
+        ) {
+            // The first operand is the duration.
+            Ok(i) if i + 1 < words.len() => Unwrapped::Inner(i + 1),
+            Ok(_) => Unwrapped::Final,
+            Err(e) => Unwrapped::Ask(e),
+        },
+        "nice" => {
+            // `nice -5 cmd` is an old spelling of `-n 5`.
+            let start = match lit(words, 1) {
+                Some(w) if w.len() > 1 && w.starts_with('-') && w[1..].chars().all(|c| c.is_ascii_digit()) => 2,
+                _ => 1,
+            };
+            inner_or_final(skip_options(words, start, &[], &["-n", "--adjustment"], "nice"))
+        }
+        "nohup" | "builtin" => inner_or_final(skip_options(words, 1, &[], &[], prog)),
+        "setsid" => inner_or_final(skip_options(words, 1, &["-c", "--ctty", "-f", "--fork", "-w", "--wait"], &[], "setsid")),
+        "stdbuf" => inner_or_final(skip_options(words, 1, &[], &["-i", "-o", "-e", "--input", "--output", "--error"], "stdbuf")),
+        "ionice" => {
+            if words.iter().any(|w| matches!(w.lit(), Some("-p" | "-P" | "-u"))) {
+                return Unwrapped::Final;
+            }
+            inner_or_final(skip_options(words, 1, &["-t", "--ignore"], &["-c", "--class", "-n", "--classdata"], "ionice"))
+        }
+        "time" => {
+            let r = skip_options(
+                words,
+                1,
+                &["-p", "--portability", "-v", "--verbose", "-a", "--append", "-q", "--quiet"],
+                &["-f", "--format", "-o", "--output"],
+                "time",
+            );
+            let out = words.iter().position(|w| matches!(w.lit(), Some("-o" | "--output")));
+            match (r, out) {
+                (Ok(i), Some(o)) if i < words.len() && o + 1 < i => Unwrapped::InnerWithWrite { inner: i, file: o + 1 },
+                (Ok(_), Some(_)) | (Err(_), Some(_)) => Unwrapped::Ask("`time -o`/`--output=` writes a file the gate cannot place".into()),
+                (r, None) => inner_or_final(r),
+            }
+        }
+        "command" => {
+            if words.iter().skip(1).take_while(|w| w.lit().is_some_and(|s| s.starts_with('-'))).any(|w| matches!(w.lit(), Some("-v" | "-V"))) {
+                return Unwrapped::Final; // `command -v x` only looks x up
+            }
+            inner_or_final(skip_options(words, 1, &["-p"], &[], "command"))
+        }
+        "exec" => inner_or_final(skip_options(words, 1, &["-c", "-l", "-cl", "-lc"], &["-a"], "exec")),
+        "xargs" => inner_or_final(skip_options(
+            words,
+            1,
+            &["-0", "--null", "-r", "--no-run-if-empty", "-t", "--verbose", "-p", "--interactive", "-x", "--exit", "--show-limits", "-o", "--open-tty"],
+            &["-a", "--arg-file", "-d", "--delimiter", "-E", "-I", "-L", "-n", "--max-args", "-P", "--max-procs", "-s", "--max-chars", "--process-slot-var", "--max-lines", "--replace", "--eof"],
+            "xargs",
+        )),
+        "sudo" | "doas" => {
+            let shell_flag = words.iter().skip(1).take_while(|w| w.lit().is_some_and(|s| s.starts_with('-'))).any(|w| {
+                matches!(w.lit(), Some("-s" | "-i" | "--shell" | "--login")) || w.lit().is_some_and(|s| !s.starts_with("--") && s.len() > 2 && (s.contains('s') || s.contains('i')) && s[1..].chars().all(|c| c.is_ascii_alphabetic()))
+            });
+            if shell_flag {
+                return Unwrapped::Ask(format!("`{prog}` starts a shell"));
+            }
+            inner_or_final(skip_options(
+                words,
+                1,
+                &["-E", "-H", "-n", "-S", "-b", "-k", "-K", "-P", "-A", "-B", "--preserve-env", "--non-interactive", "--stdin", "--background", "--reset-timestamp"],
+                &["-u", "-g", "-h", "-p", "-C", "-r", "-t", "-U", "-D", "-T", "--user", "--group", "--host", "--prompt", "--close-from", "--role", "--type", "--other-user", "--chdir", "--command-timeout"],
+                prog,
+            ))
+        }
+        "watch" => match skip_options(
+            words,
+            1,
+            &["-b", "--beep", "-c", "--color", "-C", "--no-color", "-d", "-e", "--errexit", "-g", "--chgexit", "-t", "--no-title", "-w", "--no-wrap", "-p", "--precise", "-r", "--no-rerun"],
+            &["-n", "--interval", "-q", "--equexit"],
+            "watch",
+        ) {
+            Ok(i) if i < words.len() => {
+                if words.iter().any(|w| matches!(w.lit(), Some("-x" | "--exec"))) {
+                    Unwrapped::Inner(i)
+                } else {
+                    Unwrapped::JoinedScript { from: i }
+                }
+            }
+            Ok(_) => Unwrapped::Final,
+            Err(e) => Unwrapped::Ask(e),
+        },
+        _ if SHELLS.contains(&prog) => shell(prog, words),
+        _ => Unwrapped::Final,
+    }
+}
+
+/// `bash [options] -c SCRIPT`, `bash FILE`, or a shell reading stdin.
+fn shell(prog: &str, words: &[Word]) -> Unwrapped {
+    let mut i = 1;
+    let mut command_mode = false;
+    while i < words.len() {
+        let Some(w) = lit(words, i) else {
+            if command_mode {
+                break; // the script itself, judged by the caller
+            }
+            return Unwrapped::Ask(format!("`{prog}` has a non-literal option"));
+        };
+        if w == "--" || w == "-" {
+            i += 1;
+            break;
+        }
+        if let Some(long) = w.strip_prefix("--") {
+            match long {
+                "norc" | "noprofile" | "login" | "posix" | "verbose" | "noediting" | "debugger" | "dump-strings" | "pretty-print" => i += 1,
+                "rcfile" | "init-file" => i += 2,
+                "restricted" => i += 1,
+                _ => return Unwrapped::Ask(format!("`{prog}` option `{w}` is not one the gate knows")),
+            }
+            continue;
+        }
+        if (w.starts_with('-') || w.starts_with('+')) && w.len() > 1 {
+            let flags = &w[1..];
+            if flags.contains('s') || flags.contains('i') {
+                return Unwrapped::Ask(format!("`{prog} {w}` reads commands from standard input or a terminal"));
+            }
+            if flags.contains('c') {
+                command_mode = true;
+            }
+            // `-o OPTION` / `-O SHOPT` take a value.
+            i += 1 + flags.chars().filter(|c| *c == 'o' || *c == 'O').count();
+            continue;
+        }
+        break;
+    }
+    if command_mode {
+        return if i < words.len() {
+            Unwrapped::Script { index: i }
+        } else {
+            Unwrapped::Ask(format!("`{prog} -c` without a script"))
+        };
+    }
+    if i < words.len() {
+        Unwrapped::Final // runs a script file; the rules for the shell decide
+    } else {
+        Unwrapped::Ask(format!("`{prog}` without a script reads commands from standard input"))
+    }
+}
+
+/// `git` global options: returns the index of the subcommand, or an ask reason
+/// for options that can make git run other programs or act on another repository.
+pub fn git_subcommand(words: &[Word]) -> Result<usize, String> {
+    let mut i = 1;
+    while i < words.len() {
+        let Some(w) = lit(words, i) else {
+            return Err("`git` has a non-literal word before its subcommand".into());
+        };
+        match w {
+            "-C" => i += 2,
+            "--no-pager" | "-P" | "--bare" | "--no-replace-objects" | "--literal-pathspecs" | "--glob-pathspecs"
+            | "--noglob-pathspecs" | "--icase-pathspecs" | "--no-optional-locks" | "--no-advice" | "--no-lazy-fetch" => i += 1,
+            "--namespace" => i += 2,
+            _ if w.starts_with("--namespace=") => i += 1,
+            "--version" | "--help" | "-h" | "-v" => return Ok(i),
+            _ if w == "-c" || w.starts_with("-c") && w.len() > 2 || w.starts_with("--config-env") => {
+                return Err(format!("`git {w}` sets configuration that can run other programs (core.pager, core.fsmonitor, alias.*)"))
+            }
+            _ if w.starts_with("--exec-path") => return Err(format!("`git {w}` changes which programs git runs")),
+            _ if w.starts_with("--git-dir") || w.starts_with("--work-tree") => {
+                return Err(format!("`git {w}` points git at another repository, whose configuration can run programs"))
+            }
+            "-p" | "--paginate" => return Err("`git -p` runs a pager".into()),
+            _ if w.starts_with('-') => return Err(format!("`git` option `{w}` is not one the gate knows")),
+            _ => return Ok(i),
+        }
+    }
+    Ok(i)
+}
+
+/// `find ... -exec CMD ... ;` and friends: the argument ranges of the commands find runs.
+pub fn find_exec_ranges(words: &[Word]) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    let mut i = 1;
+    while i < words.len() {
+        if matches!(lit(words, i), Some("-exec" | "-execdir" | "-ok" | "-okdir")) {
+            let start = i + 1;
+            let mut end = start;
+            while end < words.len() && !matches!(lit(words, end), Some(";" | "+")) {
+                end += 1;
+            }
+            out.push((start, end));
+            i = end + 1;
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
+/// Names a builtin assigns to: `read NAME`, `printf -v NAME`, `export NAME=...`.
+pub fn assigned_names(prog: &str, words: &[Word]) -> Vec<String> {
+    let args = || words.iter().skip(1).filter_map(Word::lit);
+    let name_of = |s: &str| s.split(['=', '+', '[']).next().unwrap_or("").to_string();
+    match prog {
+        "export" | "declare" | "typeset" | "local" | "readonly" => args().filter(|s| !s.starts_with('-')).map(name_of).collect(),
+        "read" | "mapfile" | "readarray" => args().filter(|s| !s.starts_with('-')).map(name_of).collect(),
+        "printf" => {
+            let mut out = vec![];
+            let w: Vec<&str> = args().collect();
+            for (i, s) in w.iter().enumerate() {
+                if *s == "-v" {
+                    if let Some(n) = w.get(i + 1) {
+                        out.push(name_of(n));
+                    }
+                }
+            }
+            out
+        }
+        "getopts" => args().nth(1).map(name_of).into_iter().collect(),
+        _ => vec![],
+    }
+}

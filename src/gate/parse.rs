@@ -1,0 +1,768 @@
+//! From a bash script to the flat list of simple commands it can run.
+//!
+//! The parser is `brush-parser` (the parser of the brush shell). We chose it over
+//! `tree-sitter-bash` because it is pure Rust (no C grammar to compile, nothing
+//! unsafe at the boundary), it yields a typed AST whose words carry bash's own
+//! quoting and expansion structure (`word::parse` splits a word into literal,
+//! quoted, parameter, command-substitution and arithmetic pieces), and it aims
+//! at bash compatibility rather than at editor highlighting, where tree-sitter
+//! is built to tolerate and recover from errors. A gate wants the opposite of
+//! error recovery: any input the parser does not fully accept becomes `ask`.
+//!
+//! The walk visits every place bash can run a command from: lists, pipelines,
+//! `&`, subshells, groups, if/for/while/until/case bodies, function bodies,
+//! coprocesses, and every *word* anywhere (arguments, assignments, redirect
+//! targets, case subjects, `[[ ]]` operands, here-document bodies) because any
+//! word may hold `$(...)`, backticks or `<(...)` that bash will execute.
+//! Whatever we cannot see through becomes an [`Unit::Opaque`], which the gate
+//! turns into `ask`.
+
+use brush_parser::ast;
+use brush_parser::word::{self, WordPiece, WordPieceWithSource};
+use brush_parser::ParserOptions;
+
+/// Largest script the gate analyses (bytes); larger input is an error, not a hang.
+pub const MAX_SCRIPT_BYTES: usize = 64 * 1024;
+/// Deepest nesting of `bash -c` / `$(...)` the gate follows before answering ask.
+pub const MAX_NESTING: usize = 12;
+/// Deepest bracket nesting we hand to the parser (it recurses per level).
+const MAX_BRACKET_DEPTH: usize = 100;
+
+/// A word after quote removal, as far as it can be known without running anything.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Word {
+    /// Fully literal: quotes and escapes resolved (`'rm'`, `\rm`, `r\m` are `rm`).
+    Lit(String),
+    /// Literal characters, but unquoted glob or brace syntax: bash may expand it
+    /// into other words (`{rm,-rf,x}`, `/???/r?`).
+    Pattern(String),
+    /// Depends on variables, substitutions, arithmetic or `~` at run time.
+    Dynamic(String),
+}
+
+impl Word {
+    pub fn lit(&self) -> Option<&str> {
+        match self {
+            Word::Lit(s) => Some(s),
+            _ => None,
+        }
+    }
+    /// The text as written (for display).
+    pub fn display(&self) -> &str {
+        match self {
+            Word::Lit(s) | Word::Pattern(s) | Word::Dynamic(s) => s,
+        }
+    }
+}
+
+/// What a redirect does to its target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RedirectKind {
+    Read,
+    Write,
+    /// A here-document or here-string on the command's input.
+    HereInput,
+    /// `>&2`, `2>&1`, `<&0`: duplicates a descriptor, touches no file.
+    Dup,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Redirect {
+    pub kind: RedirectKind,
+    pub target: Word,
+}
+
+/// Where the shell's working directory is when a command runs, as far as known.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cwd {
+    /// Relative to the starting directory (`""` is the start itself).
+    Known(String),
+    Unknown,
+}
+
+/// One simple command: assignments, words and redirects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Simple {
+    pub assignments: Vec<(String, Word)>,
+    pub words: Vec<Word>,
+    pub redirects: Vec<Redirect>,
+    pub cwd: Cwd,
+    /// How deep in `bash -c` / substitutions this command sits.
+    pub depth: usize,
+}
+
+/// A unit of a script the gate judges.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unit {
+    Command(Simple),
+    /// Something the gate cannot see through; always at least `ask`.
+    Opaque { what: String, text: String },
+    /// A shell variable assigned in a way that changes what later commands run
+    /// (`for PATH in ...`, `read PATH`): at least `ask`.
+    DangerousAssignment { name: String, how: String },
+}
+
+/// Error for input the gate refuses to analyse at all.
+#[derive(Debug, thiserror::Error)]
+pub enum GateInputError {
+    #[error("the script is {0} bytes; the gate analyses scripts up to {MAX_SCRIPT_BYTES} bytes")]
+    TooLarge(usize),
+}
+
+fn options() -> ParserOptions {
+    ParserOptions {
+        tilde_expansion_at_word_start: true,
+        ..ParserOptions::default()
+    }
+}
+
+/// Parse a script into units. Never panics on any input; what cannot be parsed is opaque.
+pub fn parse_script(script: &str) -> Result<Vec<Unit>, GateInputError> {
+    if script.len() > MAX_SCRIPT_BYTES {
+        return Err(GateInputError::TooLarge(script.len()));
+    }
+    let mut w = Walker { units: Vec::new() };
+    w.script(script, 0, &mut Cwd::Known(String::new()));
+    Ok(w.units)
+}
+
+struct Walker {
+    units: Vec<Unit>,
+}
+
+impl Walker {
+    fn opaque(&mut self, what: &str, text: &str) {
+        self.units.push(Unit::Opaque {
+            what: what.to_string(),
+            text: truncate(text, 200),
+        });
+    }
+
+    fn script(&mut self, src: &str, depth: usize, cwd: &mut Cwd) {
+        if depth > MAX_NESTING {
+            self.opaque("nesting deeper than the gate follows", src);
+            return;
+        }
+        if bracket_depth(src) > MAX_BRACKET_DEPTH {
+            self.opaque("brackets nested deeper than the gate analyses", src);
+            return;
+        }
+        let mut parser = brush_parser::Parser::new(std::io::Cursor::new(src.as_bytes()), &options());
+        match parser.parse_program() {
+            Ok(program) => {
+                for cc in &program.complete_commands {
+                    self.compound_list(cc, depth, cwd);
+                }
+            }
+            Err(e) => self.opaque(&format!("the script does not parse ({e})"), src),
+        }
+    }
+
+    fn compound_list(&mut self, list: &ast::CompoundList, depth: usize, cwd: &mut Cwd) {
+        for item in &list.0 {
+            let ast::CompoundListItem(and_or, _sep) = item;
+            self.pipeline(&and_or.first, depth, cwd);
+            for next in &and_or.additional {
+                match next {
+                    ast::AndOr::And(p) | ast::AndOr::Or(p) => self.pipeline(p, depth, cwd),
+                }
+            }
+        }
+    }
+
+    fn pipeline(&mut self, p: &ast::Pipeline, depth: usize, cwd: &mut Cwd) {
+        // Each element of a multi-command pipeline runs in a subshell: a `cd`
+        // there does not move the others.
+        let multi = p.seq.len() > 1;
+        for cmd in &p.seq {
+            if multi {
+                let mut own = cwd.clone();
+                self.command(cmd, depth, &mut own);
+            } else {
+                self.command(cmd, depth, cwd);
+            }
+        }
+    }
+
+    fn command(&mut self, c: &ast::Command, depth: usize, cwd: &mut Cwd) {
+        match c {
+            ast::Command::Simple(s) => self.simple(s, depth, cwd),
+            ast::Command::Compound(cc, redirects) => {
+                self.compound(cc, depth, cwd);
+                if let Some(r) = redirects {
+                    let redirects = self.redirects(&r.0, depth, cwd);
+                    self.bare_redirects(redirects, depth, cwd);
+                }
+            }
+            ast::Command::Function(f) => {
+                // The body runs whenever the function is called; judge it as if it ran.
+                let mut own = cwd.clone();
+                self.compound(&f.body.0, depth, &mut own);
+                if let Some(r) = &f.body.1 {
+                    let redirects = self.redirects(&r.0, depth, &own);
+                    self.bare_redirects(redirects, depth, &own);
+                }
+            }
+            ast::Command::ExtendedTest(t, redirects) => {
+                self.extended_test(&t.expr, depth, cwd);
+                if let Some(r) = redirects {
+                    let redirects = self.redirects(&r.0, depth, cwd);
+                    self.bare_redirects(redirects, depth, cwd);
+                }
+            }
+        }
+    }
+
+    fn bare_redirects(&mut self, redirects: Vec<Redirect>, depth: usize, cwd: &Cwd) {
+        if !redirects.is_empty() {
+            self.units.push(Unit::Command(Simple {
+                assignments: vec![],
+                words: vec![],
+                redirects,
+                cwd: cwd.clone(),
+                depth,
+            }));
+        }
+    }
+
+    fn extended_test(&mut self, e: &ast::ExtendedTestExpr, depth: usize, cwd: &mut Cwd) {
+        match e {
+            ast::ExtendedTestExpr::And(a, b) | ast::ExtendedTestExpr::Or(a, b) => {
+                self.extended_test(a, depth, cwd);
+                self.extended_test(b, depth, cwd);
+            }
+            ast::ExtendedTestExpr::Not(a) | ast::ExtendedTestExpr::Parenthesized(a) => {
+                self.extended_test(a, depth, cwd)
+            }
+            ast::ExtendedTestExpr::UnaryTest(_, w) => {
+                self.word(&w.value, depth, cwd);
+            }
+            ast::ExtendedTestExpr::BinaryTest(_, a, b) => {
+                self.word(&a.value, depth, cwd);
+                self.word(&b.value, depth, cwd);
+            }
+        }
+    }
+
+    fn compound(&mut self, cc: &ast::CompoundCommand, depth: usize, cwd: &mut Cwd) {
+        match cc {
+            ast::CompoundCommand::Arithmetic(a) => self.arithmetic(&a.expr.value, depth, cwd),
+            ast::CompoundCommand::ArithmeticForClause(f) => {
+                for e in [&f.initializer, &f.condition, &f.updater].into_iter().flatten() {
+                    self.arithmetic(&e.value, depth, cwd);
+                }
+                let mut own = cwd.clone();
+                self.compound_list(&f.body.list, depth, &mut own);
+                *cwd = merge(cwd, &own);
+            }
+            ast::CompoundCommand::BraceGroup(b) => self.compound_list(&b.list, depth, cwd),
+            ast::CompoundCommand::Subshell(s) => {
+                let mut own = cwd.clone();
+                self.compound_list(&s.list, depth, &mut own);
+            }
+            ast::CompoundCommand::ForClause(f) => {
+                if crate::policy::is_dangerous_env(&f.variable_name) {
+                    self.units.push(Unit::DangerousAssignment {
+                        name: f.variable_name.clone(),
+                        how: "for loop variable".into(),
+                    });
+                }
+                for v in f.values.iter().flatten() {
+                    self.word(&v.value, depth, cwd);
+                }
+                let mut own = cwd.clone();
+                self.compound_list(&f.body.list, depth, &mut own);
+                *cwd = merge(cwd, &own);
+            }
+            ast::CompoundCommand::CaseClause(c) => {
+                self.word(&c.value.value, depth, cwd);
+                let start = cwd.clone();
+                for item in &c.cases {
+                    for p in &item.patterns {
+                        self.word(&p.value, depth, cwd);
+                    }
+                    if let Some(body) = &item.cmd {
+                        let mut own = start.clone();
+                        self.compound_list(body, depth, &mut own);
+                        *cwd = merge(cwd, &own);
+                    }
+                }
+            }
+            ast::CompoundCommand::IfClause(i) => {
+                self.compound_list(&i.condition, depth, cwd);
+                let start = cwd.clone();
+                let mut own = start.clone();
+                self.compound_list(&i.then, depth, &mut own);
+                let mut out = merge(&start, &own);
+                for e in i.elses.iter().flatten() {
+                    let mut own = start.clone();
+                    if let Some(c) = &e.condition {
+                        self.compound_list(c, depth, &mut own);
+                    }
+                    self.compound_list(&e.body, depth, &mut own);
+                    out = merge(&out, &own);
+                }
+                *cwd = out;
+            }
+            ast::CompoundCommand::WhileClause(w) | ast::CompoundCommand::UntilClause(w) => {
+                let mut own = cwd.clone();
+                self.compound_list(&w.0, depth, &mut own);
+                self.compound_list(&w.1.list, depth, &mut own);
+                *cwd = merge(cwd, &own);
+            }
+            ast::CompoundCommand::Coprocess(c) => {
+                let mut own = cwd.clone();
+                self.command(&c.body, depth, &mut own);
+            }
+        }
+    }
+
+    fn arithmetic(&mut self, expr: &str, depth: usize, cwd: &Cwd) {
+        // Bash evaluates array subscripts and substitutions inside arithmetic:
+        // `(( a[$(cmd)] ))` runs cmd. Follow substitutions; anything else in
+        // arithmetic only computes numbers.
+        if expr.contains("$(") || expr.contains('`') {
+            let mut own = cwd.clone();
+            self.word(expr, depth, &mut own);
+        }
+    }
+
+    fn redirects(&mut self, items: &[ast::IoRedirect], depth: usize, cwd: &Cwd) -> Vec<Redirect> {
+        let mut out = Vec::new();
+        let mut cwd = cwd.clone();
+        for r in items {
+            match r {
+                ast::IoRedirect::File(_fd, kind, target) => {
+                    let target_word = match target {
+                        ast::IoFileRedirectTarget::Filename(w) => self.word(&w.value, depth, &mut cwd),
+                        ast::IoFileRedirectTarget::Fd(_) => {
+                            out.push(Redirect { kind: RedirectKind::Dup, target: Word::Lit("&".into()) });
+                            continue;
+                        }
+                        ast::IoFileRedirectTarget::Duplicate(w) => {
+                            let t = self.word(&w.value, depth, &mut cwd);
+                            // `>&-` closes, `>&2` duplicates; `>&file` (bash) writes a file.
+                            let is_fd = t.lit().is_some_and(|s| s == "-" || s.trim_end_matches('-').chars().all(|c| c.is_ascii_digit()));
+                            if is_fd {
+                                out.push(Redirect { kind: RedirectKind::Dup, target: t });
+                            } else {
+                                out.push(Redirect { kind: RedirectKind::Write, target: t });
+                            }
+                            continue;
+                        }
+                        ast::IoFileRedirectTarget::ProcessSubstitution(_, sub) => {
+                            let mut own = cwd.clone();
+                            self.compound_list(&sub.list, depth + 1, &mut own);
+                            out.push(Redirect { kind: RedirectKind::Read, target: Word::Dynamic("<(...)".into()) });
+                            continue;
+                        }
+                    };
+                    let kind = match kind {
+                        ast::IoFileRedirectKind::Read => RedirectKind::Read,
+                        ast::IoFileRedirectKind::DuplicateInput | ast::IoFileRedirectKind::DuplicateOutput => {
+                            let is_fd = target_word.lit().is_some_and(|s| s == "-" || s.trim_end_matches('-').chars().all(|c| c.is_ascii_digit()));
+                            match (is_fd, kind) {
+                                (true, _) => RedirectKind::Dup,
+                                (false, ast::IoFileRedirectKind::DuplicateInput) => RedirectKind::Read,
+                                (false, _) => RedirectKind::Write,
+                            }
+                        }
+                        _ => RedirectKind::Write,
+                    };
+                    out.push(Redirect { kind, target: target_word });
+                }
+                ast::IoRedirect::HereDocument(_fd, doc) => {
+                    if doc.requires_expansion {
+                        // An unquoted here-document expands `$(...)` in its body.
+                        match word::parse_heredoc(&doc.doc.value, &options()) {
+                            Ok(pieces) => {
+                                let mut sink = String::new();
+                                let mut dynamic = false;
+                                self.pieces(&pieces, depth, &mut cwd, false, &mut sink, &mut dynamic, &mut false);
+                            }
+                            Err(_) => self.opaque("a here-document body the gate cannot parse", &doc.doc.value),
+                        }
+                    }
+                    out.push(Redirect { kind: RedirectKind::HereInput, target: Word::Lit(String::new()) });
+                }
+                ast::IoRedirect::HereString(_fd, w) => {
+                    let t = self.word(&w.value, depth, &mut cwd);
+                    out.push(Redirect { kind: RedirectKind::HereInput, target: t });
+                }
+                ast::IoRedirect::OutputAndError(w, _append) => {
+                    let t = self.word(&w.value, depth, &mut cwd);
+                    out.push(Redirect { kind: RedirectKind::Write, target: t });
+                }
+            }
+        }
+        out
+    }
+
+    fn simple(&mut self, s: &ast::SimpleCommand, depth: usize, cwd: &mut Cwd) {
+        let mut assignments = Vec::new();
+        let mut words = Vec::new();
+        let mut redirect_items = Vec::new();
+        let mut items: Vec<&ast::CommandPrefixOrSuffixItem> = Vec::new();
+        if let Some(p) = &s.prefix {
+            items.extend(p.0.iter());
+        }
+        let name_at = items.len();
+        if let Some(suffix) = &s.suffix {
+            items.extend(suffix.0.iter());
+        }
+        for (i, item) in items.iter().enumerate() {
+            if i == name_at {
+                if let Some(w) = &s.word_or_name {
+                    words.push(self.word(&w.value, depth, cwd));
+                }
+            }
+            match item {
+                ast::CommandPrefixOrSuffixItem::IoRedirect(r) => redirect_items.push(r.clone()),
+                ast::CommandPrefixOrSuffixItem::Word(w) => words.push(self.word(&w.value, depth, cwd)),
+                ast::CommandPrefixOrSuffixItem::AssignmentWord(a, raw) => {
+                    let value = match &a.value {
+                        ast::AssignmentValue::Scalar(w) => self.word(&w.value, depth, cwd),
+                        ast::AssignmentValue::Array(items) => {
+                            for (k, v) in items {
+                                if let Some(k) = k {
+                                    self.word(&k.value, depth, cwd);
+                                }
+                                self.word(&v.value, depth, cwd);
+                            }
+                            Word::Dynamic(raw.value.clone())
+                        }
+                    };
+                    let name = match &a.name {
+                        ast::AssignmentName::VariableName(n) => n.clone(),
+                        ast::AssignmentName::ArrayElementName(n, idx) => {
+                            self.arithmetic(idx, depth, cwd);
+                            n.clone()
+                        }
+                    };
+                    if i < name_at || s.word_or_name.is_none() {
+                        assignments.push((name, value));
+                    } else {
+                        // `declare X=1` / `export X=1`: an argument that assigns.
+                        words.push(Word::Lit(raw.value.clone()));
+                        if let Word::Lit(_) = value {
+                        } else {
+                            let last = words.len() - 1;
+                            words[last] = Word::Dynamic(raw.value.clone());
+                        }
+                    }
+                }
+                ast::CommandPrefixOrSuffixItem::ProcessSubstitution(_, sub) => {
+                    let mut own = cwd.clone();
+                    self.compound_list(&sub.list, depth + 1, &mut own);
+                    words.push(Word::Dynamic("<(...)".into()));
+                }
+            }
+        }
+        if name_at == items.len() {
+            if let Some(w) = &s.word_or_name {
+                words.push(self.word(&w.value, depth, cwd));
+            }
+        }
+        let redirects = self.redirects(&redirect_items, depth, cwd);
+        let simple = Simple {
+            assignments,
+            words,
+            redirects,
+            cwd: cwd.clone(),
+            depth,
+        };
+        // Track `cd` so relative redirect targets can be placed.
+        if let Some(Word::Lit(prog)) = simple.words.first() {
+            if prog == "cd" || prog == "pushd" || prog == "popd" {
+                *cwd = match (prog.as_str(), simple.words.get(1), simple.words.len()) {
+                    ("cd", Some(Word::Lit(dir)), 2) if !dir.starts_with('-') => join_cwd(cwd, dir),
+                    _ => Cwd::Unknown,
+                };
+            }
+        }
+        self.units.push(Unit::Command(simple));
+    }
+
+    /// Resolve one word, recording nested scripts as units.
+    pub(crate) fn word(&mut self, raw: &str, depth: usize, cwd: &mut Cwd) -> Word {
+        let pieces = match word::parse(raw, &options()) {
+            Ok(p) => p,
+            Err(_) => {
+                self.opaque("a word the gate cannot parse", raw);
+                return Word::Dynamic(raw.to_string());
+            }
+        };
+        let mut text = String::new();
+        let mut dynamic = false;
+        let mut pattern = false;
+        self.pieces(&pieces, depth, cwd, false, &mut text, &mut dynamic, &mut pattern);
+        if dynamic {
+            Word::Dynamic(raw.to_string())
+        } else if pattern {
+            Word::Pattern(text)
+        } else {
+            Word::Lit(text)
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn pieces(
+        &mut self,
+        pieces: &[WordPieceWithSource],
+        depth: usize,
+        cwd: &mut Cwd,
+        quoted: bool,
+        text: &mut String,
+        dynamic: &mut bool,
+        pattern: &mut bool,
+    ) {
+        for p in pieces {
+            match &p.piece {
+                WordPiece::Text(s) => {
+                    if !quoted && has_expansion_syntax(s) {
+                        *pattern = true;
+                    }
+                    text.push_str(s);
+                }
+                WordPiece::SingleQuotedText(s) => text.push_str(s),
+                WordPiece::AnsiCQuotedText(s) => match decode_ansi_c(s) {
+                    Some(d) => text.push_str(&d),
+                    None => *dynamic = true,
+                },
+                WordPiece::DoubleQuotedSequence(inner) | WordPiece::GettextDoubleQuotedSequence(inner) => {
+                    self.pieces(inner, depth, cwd, true, text, dynamic, pattern)
+                }
+                WordPiece::EscapeSequence(s) => {
+                    let rest = s.strip_prefix('\\').unwrap_or(s);
+                    if quoted {
+                        // Inside double quotes only \$ \` \" \\ and \newline are escapes.
+                        match rest {
+                            "$" | "`" | "\"" | "\\" => text.push_str(rest),
+                            "\n" => {}
+                            _ => text.push_str(s),
+                        }
+                    } else if rest != "\n" {
+                        text.push_str(rest);
+                    }
+                }
+                WordPiece::TildeExpansion(_) => *dynamic = true,
+                WordPiece::ParameterExpansion(_) => {
+                    *dynamic = true;
+                    // `${x:-$(cmd)}` runs cmd; the parsed form keeps the inner text raw.
+                    let src = format!("{:?}", p.piece);
+                    if src.contains("$(") || src.contains('`') || src.contains("<(") || src.contains(">(") {
+                        self.opaque("a command substitution inside a parameter expansion", &src);
+                    }
+                }
+                WordPiece::CommandSubstitution(s) => {
+                    *dynamic = true;
+                    let mut own = cwd.clone();
+                    self.script(s, depth + 1, &mut own);
+                }
+                WordPiece::BackquotedCommandSubstitution(s) => {
+                    *dynamic = true;
+                    let inner = unescape_backquoted(s);
+                    let mut own = cwd.clone();
+                    self.script(&inner, depth + 1, &mut own);
+                }
+                WordPiece::ArithmeticExpression(e) => {
+                    *dynamic = true;
+                    self.arithmetic(&e.value, depth, cwd);
+                }
+            }
+        }
+    }
+}
+
+/// Parse a nested script (from `bash -c`) at a depth, appending its units.
+pub fn parse_nested(script: &str, depth: usize, cwd: &Cwd, out: &mut Vec<Unit>) {
+    let mut w = Walker { units: Vec::new() };
+    let mut cwd = cwd.clone();
+    w.script(script, depth, &mut cwd);
+    out.extend(w.units);
+}
+
+fn merge(a: &Cwd, b: &Cwd) -> Cwd {
+    if a == b {
+        a.clone()
+    } else {
+        Cwd::Unknown
+    }
+}
+
+fn join_cwd(cwd: &Cwd, dir: &str) -> Cwd {
+    match cwd {
+        Cwd::Unknown => Cwd::Unknown,
+        Cwd::Known(_) if dir.starts_with('/') => Cwd::Unknown,
+        Cwd::Known(base) => {
+            let mut parts: Vec<&str> = base.split('/').filter(|s| !s.is_empty()).collect();
+            for c in dir.split('/') {
+                match c {
+                    "" | "." => {}
+                    ".." => {
+                        if parts.pop().is_none() {
+                            return Cwd::Unknown;
+                        }
+                    }
+                    other => parts.push(other),
+                }
+            }
+            Cwd::Known(parts.join("/"))
+        }
+    }
+}
+
+/// Unquoted characters that make bash expand a word into other words.
+fn has_expansion_syntax(s: &str) -> bool {
+    s.contains(['*', '?', '[']) || (s.contains('{') && s.contains('}')) || s.contains("@(") || s.contains("!(") || s.contains("+(")
+}
+
+/// Backquoted substitutions treat `\$`, `` \` `` and `\\` as escapes.
+fn unescape_backquoted(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\\' {
+            if let Some(&n) = chars.peek() {
+                if n == '$' || n == '`' || n == '\\' {
+                    out.push(n);
+                    chars.next();
+                    continue;
+                }
+            }
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Decode the body of `$'...'`. `None` for escapes we do not decode exactly.
+pub fn decode_ansi_c(s: &str) -> Option<String> {
+    let mut out = String::new();
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        let e = chars.next()?;
+        let take_digits = |chars: &mut std::iter::Peekable<std::str::Chars>, radix: u32, max: usize| {
+            let mut v = String::new();
+            while v.len() < max {
+                match chars.peek() {
+                    Some(d) if d.is_digit(radix) => {
+                        v.push(*d);
+                        chars.next();
+                    }
+                    _ => break,
+                }
+            }
+            v
+        };
+        match e {
+            'n' => out.push('\n'),
+            't' => out.push('\t'),
+            'r' => out.push('\r'),
+            'a' => out.push('\x07'),
+            'b' => out.push('\x08'),
+            'e' | 'E' => out.push('\x1b'),
+            'f' => out.push('\x0c'),
+            'v' => out.push('\x0b'),
+            '\\' => out.push('\\'),
+            '\'' => out.push('\''),
+            '"' => out.push('"'),
+            '?' => out.push('?'),
+            'x' => {
+                let v = take_digits(&mut chars, 16, 2);
+                let n = u32::from_str_radix(&v, 16).ok()?;
+                out.push(char::from_u32(n).filter(|c| c.is_ascii())?);
+            }
+            'u' | 'U' => {
+                let v = take_digits(&mut chars, 16, if e == 'u' { 4 } else { 8 });
+                out.push(char::from_u32(u32::from_str_radix(&v, 16).ok()?)?);
+            }
+            '0'..='7' => {
+                let mut v = e.to_string();
+                v.push_str(&take_digits(&mut chars, 8, 2));
+                let n = u32::from_str_radix(&v, 8).ok()?;
+                out.push(char::from_u32(n).filter(|c| c.is_ascii())?);
+            }
+            _ => return None,
+        }
+    }
+    Some(out)
+}
+
+/// Maximum nesting of `(`, `{` outside quotes, roughly; only used to refuse to
+/// hand pathological input to a recursive parser, never to decide.
+fn bracket_depth(s: &str) -> usize {
+    let (mut depth, mut max) = (0usize, 0usize);
+    for b in s.bytes() {
+        match b {
+            b'(' | b'{' => {
+                depth += 1;
+                max = max.max(depth);
+            }
+            b')' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    max
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(script: &str) -> Vec<Vec<Word>> {
+        parse_script(script)
+            .unwrap()
+            .into_iter()
+            .filter_map(|u| match u {
+                Unit::Command(s) => Some(s.words),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn quotes_and_escapes_resolve() {
+        for s in ["'rm' x", "\\rm x", "r\\m x", "\"rm\" x", "$'\\x72m' x", "r''m x"] {
+            assert_eq!(words(s)[0][0], Word::Lit("rm".into()), "{s}");
+        }
+    }
+
+    #[test]
+    fn substitutions_are_walked() {
+        let w = words("echo $(rm -rf x) `curl y` <(wget z)");
+        let progs: Vec<_> = w.iter().map(|c| c[0].display().to_string()).collect();
+        assert!(progs.contains(&"rm".to_string()), "{progs:?}");
+        assert!(progs.contains(&"curl".to_string()), "{progs:?}");
+        assert!(progs.contains(&"wget".to_string()), "{progs:?}");
+    }
+
+    #[test]
+    fn braces_and_globs_are_patterns() {
+        assert!(matches!(words("{rm,-rf,x}")[0][0], Word::Pattern(_)));
+        assert!(matches!(words("/???/r? x")[0][0], Word::Pattern(_)));
+        assert!(matches!(words("'{rm,x}'")[0][0], Word::Lit(_)));
+    }
+
+    #[test]
+    fn cd_is_tracked() {
+        let units = parse_script("cd src && echo hi > out.txt").unwrap();
+        let Unit::Command(s) = &units[1] else { panic!() };
+        assert_eq!(s.cwd, Cwd::Known("src".into()));
+    }
+}

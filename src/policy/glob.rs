@@ -1,0 +1,147 @@
+//! Path globs: `writable_globs` and the always-protected paths.
+//!
+//! Globs are matched against workspace-relative paths with `/` separators;
+//! `*` stays within one name and `**` crosses directories (globset with
+//! `literal_separator`), so `src/*.rs` never matches `src/a/b.rs`.
+
+use super::Policy;
+use globset::{Glob, GlobBuilder, GlobSet, GlobSetBuilder};
+
+/// Paths inside the workspace that are protected whatever the globs say.
+/// `.env*` is handled in code because templates (`.env.example`) are exempt.
+pub const PROTECTED_GLOBS: &[&str] = &[
+    ".git/config",
+    ".git/hooks",
+    ".git/hooks/**",
+    ".tether",
+    ".tether/**",
+];
+
+/// Suffixes that make a `.env*` file a committed template, not a secret.
+const ENV_TEMPLATE_SUFFIXES: &[&str] = &[".example", ".sample", ".template", ".dist"];
+
+/// Whether a file name is a `.env` secret (`.env`, `.env.local`), not a template.
+pub fn is_env_secret(name: &str) -> bool {
+    name.starts_with(".env") && !ENV_TEMPLATE_SUFFIXES.iter().any(|s| name.ends_with(s))
+}
+
+/// Whether a file name looks like key material that is hidden inside the sandbox.
+#[allow(dead_code)] // used by the sandbox plan
+pub fn is_secret_name(name: &str) -> bool {
+    is_env_secret(name)
+        || matches!(name, "id_rsa" | "id_ed25519" | "id_ecdsa" | "authorized_keys")
+        || name.ends_with(".pem")
+        || name.ends_with(".key")
+}
+
+fn build(g: &str) -> Result<Glob, globset::Error> {
+    GlobBuilder::new(g).literal_separator(true).backslash_escape(true).build()
+}
+
+/// Validate one glob as written in a policy.
+pub fn check_glob(g: &str) -> Result<(), String> {
+    if g.is_empty() {
+        return Err("it is empty".into());
+    }
+    if g.starts_with('/') {
+        return Err("it is absolute; globs are relative to the workspace".into());
+    }
+    if g.split('/').any(|c| c == "..") {
+        return Err("it contains `..`; globs cannot reach outside the workspace".into());
+    }
+    build(g).map(|_| ()).map_err(|e| e.kind().to_string())
+}
+
+/// Compiled globs of a policy.
+#[derive(Debug, Clone)]
+pub struct PathGlobs {
+    /// One set per layer that restricts writes; a write must match all of them.
+    writable: Vec<GlobSet>,
+    protected: GlobSet,
+    protected_src: Vec<String>,
+}
+
+impl PathGlobs {
+    pub fn compile(policy: &Policy) -> PathGlobs {
+        let writable = policy
+            .layers
+            .iter()
+            .filter_map(|l| l.writable_globs.as_ref())
+            .map(|globs| {
+                let mut b = GlobSetBuilder::new();
+                for g in globs {
+                    // Validated at load; a directory glob `docs/**` also covers `docs` itself.
+                    b.add(build(g).expect("validated glob"));
+                    if let Some(dir) = g.strip_suffix("/**") {
+                        if let Ok(d) = build(dir) {
+                            b.add(d);
+                        }
+                    }
+                }
+                b.build().expect("validated globs")
+            })
+            .collect();
+        let protected_src = policy.protected_globs();
+        let mut b = GlobSetBuilder::new();
+        for g in &protected_src {
+            b.add(build(g).expect("validated glob"));
+        }
+        PathGlobs {
+            writable,
+            protected: b.build().expect("validated globs"),
+            protected_src,
+        }
+    }
+
+    /// The protected pattern a workspace-relative path falls under, if any.
+    pub fn protected_by(&self, rel: &str) -> Option<String> {
+        if let Some(i) = self.protected.matches(rel).first() {
+            return Some(self.protected_src[*i].clone());
+        }
+        if rel.split('/').any(is_env_secret) {
+            return Some(".env*".into());
+        }
+        None
+    }
+
+    /// Whether every layer's `writable_globs` (where given) admit the path.
+    pub fn writable(&self, rel: &str) -> bool {
+        self.writable.iter().all(|set| set.is_match(rel))
+    }
+
+    /// Whether any layer restricts writes to globs.
+    pub fn restricted(&self) -> bool {
+        !self.writable.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::{Format, Layer};
+
+    fn globs(toml: &str) -> PathGlobs {
+        Policy::new(vec![Layer::parse(toml, "t", Format::Toml).unwrap()], vec![]).path_globs()
+    }
+
+    #[test]
+    fn star_stays_in_one_directory() {
+        let g = globs(r#"writable_globs = ["src/*.rs", "docs/**"]"#);
+        assert!(g.writable("src/a.rs"));
+        assert!(!g.writable("src/a/b.rs"));
+        assert!(g.writable("docs/x/y.md"));
+        assert!(g.writable("docs"));
+        assert!(!g.writable("README.md"));
+    }
+
+    #[test]
+    fn protected_paths() {
+        let g = globs("");
+        for p in [".git/config", ".git/hooks/pre-commit", ".tether/x", ".env", "a/.env.local"] {
+            assert!(g.protected_by(p).is_some(), "{p}");
+        }
+        for p in [".env.example", "src/env.rs", ".git/objects/ab", ".gitignore"] {
+            assert!(g.protected_by(p).is_none(), "{p}");
+        }
+    }
+}
