@@ -29,6 +29,8 @@ const HARMLESS_BUILTINS: &[&str] = &[
     "cd", "pwd", "true", "false", ":", "test", "[", "echo", "printf", "exit", "return", "shift", "break", "continue",
     "set", "unset", "shopt", "wait", "read", "local", "export", "declare", "typeset", "readonly", "umask", "type",
     "pushd", "popd", "dirs", "let", "getopts", "mapfile", "readarray", "ulimit", "times", "jobs", "hash",
+    // Reached only as `command -v x`, bare `exec` (redirects only) or bare `builtin`.
+    "command", "exec", "builtin",
 ];
 
 /// Built-ins that run text as code or change how later words are looked up.
@@ -134,7 +136,15 @@ pub fn decide(policy: &Policy, input: Input<'_>, ctx: &Context) -> Result<Decisi
             })]
         }
     };
+    let functions = units
+        .iter()
+        .filter_map(|u| match u {
+            Unit::Function(name) => Some(name.clone()),
+            _ => None,
+        })
+        .collect();
     let mut g = Gate {
+        functions,
         policy,
         globs: policy.path_globs(),
         ctx,
@@ -145,6 +155,16 @@ pub fn decide(policy: &Policy, input: Input<'_>, ctx: &Context) -> Result<Decisi
     let mut queue: VecDeque<Unit> = units.into();
     while let Some(u) = queue.pop_front() {
         g.unit(u, &mut queue);
+    }
+    // With no rule anywhere that a construct could hide from (every layer allows
+    // every command), "not understood" has nothing to protect: the command is
+    // allowed and the kernel confines it, as tether's profile-only policies expect.
+    let permissive = policy.layers.iter().all(|l| l.default == Verdict::Allow && l.deny.is_empty() && l.ask.is_empty());
+    if permissive {
+        for j in g.out.iter_mut().filter(|j| j.verdict == Verdict::Ask && (j.source == "parser" || j.source == "assignment")) {
+            j.verdict = Verdict::Allow;
+            j.reason = format!("{}; allowed because no policy layer has rules it could hide from", j.reason);
+        }
     }
     let decision = g.out.iter().map(|j| j.verdict).max().unwrap_or(Verdict::Allow);
     Ok(Decision {
@@ -202,6 +222,8 @@ fn example_error(layer: &Layer, list: RuleList, example: &str, msg: &str, fix: &
 }
 
 struct Gate<'a> {
+    /// Functions the script defines (their bodies are judged where defined).
+    functions: Vec<String>,
     policy: &'a Policy,
     globs: crate::policy::PathGlobs,
     ctx: &'a Context,
@@ -252,6 +274,11 @@ impl Gate<'_> {
                 format!("{how} assigns {name}, which changes what later commands run"),
                 "assignment",
             ),
+            Unit::Function(name) => {
+                if !self.functions.contains(&name) {
+                    self.functions.push(name);
+                }
+            }
             Unit::Command(s) => self.simple(s, queue),
         }
     }
@@ -301,8 +328,20 @@ impl Gate<'_> {
             };
             let prog = normalize::program(&first);
             if let Some((_, why)) = OPAQUE_BUILTINS.iter().find(|(n, _)| *n == prog.name) {
-                // An explicit deny still wins; otherwise ask.
+                // An explicit deny still wins; otherwise ask. Literal code given
+                // to eval/trap is judged too, so a denied command in it denies.
                 self.rules_only(&prog, &words, &shown);
+                let code = match prog.name.as_str() {
+                    "eval" => Some(&words[1..]),
+                    "trap" if words.len() > 1 => Some(&words[1..2]),
+                    _ => None,
+                };
+                if let Some(code) = code.filter(|c| !c.is_empty() && c.iter().all(|w| w.lit().is_some())) {
+                    let script = code.iter().filter_map(Word::lit).collect::<Vec<_>>().join(" ");
+                    let mut units = Vec::new();
+                    parse::parse_nested(&script, depth + 1, cwd, &mut units);
+                    queue.extend(units);
+                }
                 self.push(shown, Verdict::Ask, format!("not understood: {why}"), "parser");
                 return;
             }
@@ -331,6 +370,13 @@ impl Gate<'_> {
                     self.rules_only(&prog, &words, &shown);
                     self.push(shown, Verdict::Ask, format!("not understood: {why}"), "parser");
                     return;
+                }
+                Unwrapped::InnerAsk(i, why) => {
+                    self.push(shown.clone(), Verdict::Ask, format!("not understood: {why}"), "parser");
+                    self.rules_only(&prog, &words, &shown);
+                    via.push(prog.name);
+                    words = words.split_off(i);
+                    continue;
                 }
                 Unwrapped::Inner(i) => {
                     self.rules_only(&prog, &words, &shown);
@@ -468,6 +514,9 @@ impl Gate<'_> {
             if rule_match(&rule.tokens, prog, argv, false) == Match::Yes {
                 return judged(Verdict::Allow, format!("allowed by rule \"{}\" ({})", rule.text(), layer.source), Some(rule.text()), RuleList::BashAllowPrefixes.key());
             }
+        }
+        if self.functions.contains(&prog.name) {
+            return judged(Verdict::Allow, format!("calls `{}`, a function this script defines; its body is judged on its own", prog.name), None, "function");
         }
         if HARMLESS_BUILTINS.contains(&prog.name.as_str()) {
             return judged(Verdict::Allow, format!("`{}` is a harmless shell built-in", prog.name), None, "builtin");

@@ -56,6 +56,8 @@ pub fn program(word: &str) -> Program {
 pub enum Unwrapped {
     /// Not a wrapper, or a wrapper with nothing to run (`env` alone prints).
     Final,
+    /// The wrapped command starts at this index, and the wrapper itself asks.
+    InnerAsk(usize, String),
     /// The wrapped command starts at this index.
     Inner(usize),
     /// The wrapper itself must be asked about, with the reason.
@@ -126,6 +128,7 @@ pub fn unwrap(prog: &str, words: &[Word]) -> Unwrapped {
     match prog {
         "env" => {
             let mut i = 1;
+            let mut ask: Option<String> = None;
             while i < words.len() {
                 let Some(w) = lit(words, i) else {
                     return Unwrapped::Ask("`env` has a non-literal argument".into());
@@ -145,8 +148,8 @@ pub fn unwrap(prog: &str, words: &[Word]) -> Unwrapped {
                     _ if w.starts_with('-') => return Unwrapped::Ask(format!("`env` option `{w}` is not one the gate knows")),
                     _ => {
                         if let Some((name, _)) = w.split_once('=') {
-                            if crate::policy::is_dangerous_env(name) {
-                                return Unwrapped::Ask(format!("`env` sets {name}, which changes what programs run"));
+                            if crate::policy::is_dangerous_env(name) && ask.is_none() {
+                                ask = Some(format!("`env` sets {name}, which changes what programs run"));
                             }
                             i += 1;
                         } else {
@@ -155,10 +158,11 @@ pub fn unwrap(prog: &str, words: &[Word]) -> Unwrapped {
                     }
                 }
             }
-            if i < words.len() {
-                Unwrapped::Inner(i)
-            } else {
-                Unwrapped::Final
+            match (i < words.len(), ask) {
+                (true, Some(why)) => Unwrapped::InnerAsk(i, why),
+                (true, None) => Unwrapped::Inner(i),
+                (false, Some(why)) => Unwrapped::Ask(why),
+                (false, None) => Unwrapped::Final,
             }
         }
         "timeout" => match skip_options(

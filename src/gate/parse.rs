@@ -97,6 +97,8 @@ pub enum Unit {
     Command(Simple),
     /// Something the gate cannot see through; always at least `ask`.
     Opaque { what: String, text: String },
+    /// A function defined by the script; calls to it run its (separately judged) body.
+    Function(String),
     /// A shell variable assigned in a way that changes what later commands run
     /// (`for PATH in ...`, `read PATH`): at least `ask`.
     DangerousAssignment { name: String, how: String },
@@ -195,6 +197,7 @@ impl Walker {
                 }
             }
             ast::Command::Function(f) => {
+                self.units.push(Unit::Function(f.fname.value.clone()));
                 // The body runs whenever the function is called; judge it as if it ran.
                 let mut own = cwd.clone();
                 self.compound(&f.body.0, depth, &mut own);
@@ -600,8 +603,12 @@ fn join_cwd(cwd: &Cwd, dir: &str) -> Cwd {
                 match c {
                     "" | "." => {}
                     ".." => {
-                        if parts.pop().is_none() {
-                            return Cwd::Unknown;
+                        // Above the start is still a known place: the gate
+                        // resolves it against the workspace.
+                        if parts.last().is_none_or(|p| *p == "..") {
+                            parts.push("..");
+                        } else {
+                            parts.pop();
                         }
                     }
                     other => parts.push(other),
@@ -614,7 +621,12 @@ fn join_cwd(cwd: &Cwd, dir: &str) -> Cwd {
 
 /// Unquoted characters that make bash expand a word into other words.
 fn has_expansion_syntax(s: &str) -> bool {
-    s.contains(['*', '?', '[']) || (s.contains('{') && s.contains('}')) || s.contains("@(") || s.contains("!(") || s.contains("+(")
+    let glob_class = s.find('[').is_some_and(|i| s[i + 1..].contains(']'));
+    let brace = s.find('{').is_some_and(|i| {
+        let rest = &s[i + 1..];
+        rest.find('}').is_some_and(|j| rest[..j].contains(',') || rest[..j].contains(".."))
+    });
+    s.contains(['*', '?']) || glob_class || brace || s.contains("@(") || s.contains("!(") || s.contains("+(")
 }
 
 /// Backquoted substitutions treat `\$`, `` \` `` and `\\` as escapes.

