@@ -44,6 +44,18 @@ pub struct CommandSpec {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
+    /// Gate the command, then run it confined (exit: the command's own; 75 held; 77 refused; 124 timeout; 125 failure).
+    #[command(after_help = "Examples:\n  tether-exec run -c 'pytest -q && ruff check .'\n  tether-exec run --policy policies/workspace-write.toml --receipt /tmp/r.json -- cargo test\n  echo data | tether-exec run -- wc -c")]
+    Run {
+        #[command(flatten)]
+        spec: CommandSpec,
+        /// Session this action belongs to (approvals bind to it).
+        #[arg(long, value_name = "ID")]
+        session: Option<String>,
+        /// Write the JSON receipt here.
+        #[arg(long, value_name = "FILE")]
+        receipt: Option<PathBuf>,
+    },
     /// Decide about a command without running it (exit 0 allow, 75 ask, 77 deny).
     #[command(after_help = "Examples:\n  tether-exec check --policy policies/ci-runner.toml -c 'pytest -q && ruff check .'\n  tether-exec check --json -- git push origin main")]
     Check {
@@ -96,6 +108,7 @@ pub fn main() -> i32 {
         }
     };
     match cli.command {
+        Command::Run { spec, session, receipt } => run(&spec, session, receipt.as_deref(), cli.state_dir),
         Command::Check { spec, json } => check(&spec, json),
         Command::Policy(PolicyCommand::Validate { files }) => policy_validate(&files),
         Command::Policy(PolicyCommand::Narrow { parent, child }) => policy_narrow(&parent, &child),
@@ -220,4 +233,97 @@ fn policy_narrow(parent: &Path, child: &Path) -> i32 {
             exit::INTERNAL
         }
     }
+}
+
+/// The argv the sandbox executes for a command spec.
+pub fn sandbox_argv(spec: &CommandSpec) -> Vec<String> {
+    match &spec.script {
+        Some(s) => vec!["bash".into(), "-c".into(), s.clone()],
+        None => spec.argv.clone(),
+    }
+}
+
+/// `Sandbox violation:` line for a refusal, naming the rule.
+pub fn violation_message(d: &Decision) -> String {
+    format!("Sandbox violation: {}", d.summary())
+}
+
+fn finish(receipt: &crate::receipt::Receipt, path: Option<&Path>, code: i32) -> i32 {
+    if let Some(p) = path {
+        if let Err(e) = receipt.write(p) {
+            error_line(&format!("cannot write the receipt to {}: {e}", p.display()));
+            return exit::INTERNAL;
+        }
+    }
+    code
+}
+
+fn run(spec: &CommandSpec, session: Option<String>, receipt_path: Option<&Path>, state_dir: Option<PathBuf>) -> i32 {
+    use crate::receipt::{Isolation, Receipt};
+    use crate::sandbox::{apply, plan};
+    let (policy, ws, cwd, d) = match decide(spec) {
+        Ok(x) => x,
+        Err(code) => return code,
+    };
+    let mut receipt = Receipt::new(policy.digest());
+    receipt.decision = Some(d.decision);
+    receipt.rules = d.commands.clone();
+    receipt.session = session.clone();
+    match d.decision {
+        Verdict::Deny => {
+            eprintln!("{}", violation_message(&d));
+            return finish(&receipt, receipt_path, exit::REFUSED);
+        }
+        Verdict::Ask => {
+            eprintln!("[APPROVAL REQUIRED] `{}` needs a human: {}", spec.script.clone().unwrap_or_else(|| spec.argv.join(" ")), d.summary());
+            return finish(&receipt, receipt_path, exit::HELD);
+        }
+        Verdict::Allow => {}
+    }
+    let state = match crate::state::resolve(state_dir).and_then(|s| crate::state::ensure(&s)) {
+        Ok(s) => s,
+        Err(e) => {
+            error_line(&e.to_string());
+            return exit::INTERNAL;
+        }
+    };
+    let facts = crate::sandbox::host_facts(&policy, &ws, crate::state::account_home().as_deref());
+    let plan = match plan::build(&policy, &facts, &ws, &cwd, sandbox_argv(spec), &state) {
+        Ok(p) => p,
+        Err(e) => {
+            error_line(&format!("cannot plan the sandbox: {e}"));
+            receipt.error = Some(e.to_string());
+            return finish(&receipt, receipt_path, exit::INTERNAL);
+        }
+    };
+    receipt.isolation = Some(Isolation::of(&plan));
+    let outcome = match apply::run(&plan, None) {
+        Ok(o) => o,
+        Err(e) => {
+            error_line(&format!("{e}\nnothing ran; `tether-exec doctor` reports what this kernel offers"));
+            receipt.error = Some(e.to_string());
+            receipt.isolation = None;
+            return finish(&receipt, receipt_path, exit::INTERNAL);
+        }
+    };
+    receipt.duration_ms = outcome.duration.as_millis() as u64;
+    let code = match outcome.ended {
+        apply::Ended::Exited(c) => {
+            if c > 128 {
+                receipt.signal = Some(c - 128);
+            }
+            c
+        }
+        apply::Ended::TimedOut => {
+            receipt.timed_out = true;
+            eprintln!("tether-exec: timed out after {} ms; every process of the sandbox was killed", policy.timeout_ms().unwrap_or(0));
+            exit::TIMEOUT
+        }
+        apply::Ended::ExecFailed { code } => {
+            eprintln!("tether-exec: {}", outcome.exec_error.as_deref().unwrap_or("cannot execute"));
+            code
+        }
+    };
+    receipt.exit_code = Some(code);
+    finish(&receipt, receipt_path, code)
 }

@@ -11,6 +11,9 @@ pub mod cli;
 pub mod exit;
 pub mod gate;
 pub mod policy;
+pub mod receipt;
+pub mod sandbox;
+pub mod state;
 
 use policy::{Layer, Policy, PolicyError};
 use std::path::PathBuf;

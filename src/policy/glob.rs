@@ -26,7 +26,6 @@ pub fn is_env_secret(name: &str) -> bool {
 }
 
 /// Whether a file name looks like key material that is hidden inside the sandbox.
-#[allow(dead_code)] // used by the sandbox plan
 pub fn is_secret_name(name: &str) -> bool {
     is_env_secret(name)
         || matches!(name, "id_rsa" | "id_ed25519" | "id_ecdsa" | "authorized_keys")

@@ -18,8 +18,8 @@
 mod doc;
 mod glob;
 
-pub use doc::{is_dangerous_env, Format, PolicyDoc};
-pub use glob::{PathGlobs, PROTECTED_GLOBS};
+pub use doc::{is_dangerous_env, landlock_max_known_abi as doc_max_abi, Format, PolicyDoc};
+pub use glob::{is_env_secret, is_secret_name, PathGlobs, PROTECTED_GLOBS};
 
 use serde::Serialize;
 use sha2::{Digest, Sha256};

@@ -1,0 +1,112 @@
+//! The receipt: what was decided, what ran, how it ended, and the isolation
+//! actually applied. Written as JSON (`"v": 1`) to `--receipt FILE`, never
+//! mixed with the command's own output.
+
+use crate::gate::Judged;
+use crate::policy::Verdict;
+use crate::sandbox::plan::Plan;
+use serde::Serialize;
+
+#[derive(Debug, Serialize, Default)]
+pub struct Receipt {
+    pub v: u32,
+    pub decision: Option<Verdict>,
+    pub rules: Vec<Judged>,
+    pub pending_id: Option<String>,
+    pub session: Option<String>,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub timed_out: bool,
+    pub duration_ms: u64,
+    /// Workspace changes; `null` when the run was not captured (direct bind mode).
+    pub changes: Option<Changes>,
+    pub rolled_back: Vec<String>,
+    pub isolation: Option<Isolation>,
+    pub policy_digest: String,
+    pub audit_seq: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Serialize, Default, Clone)]
+pub struct Changes {
+    pub added: Vec<String>,
+    pub modified: Vec<String>,
+    pub deleted: Vec<String>,
+}
+
+#[derive(Debug, Serialize, Clone)]
+pub struct Isolation {
+    pub namespaces: Vec<&'static str>,
+    pub landlock: LandlockReport,
+    pub seccomp: SeccompReport,
+    pub network: &'static str,
+    pub uid_map: String,
+    pub no_new_privs: bool,
+    pub capabilities: &'static str,
+    pub rlimits: Vec<(String, u64)>,
+}
+
+#[derive(Debug, Serialize, Clone)]
+pub struct LandlockReport {
+    pub abi: u8,
+    pub enforcement: &'static str,
+    pub scoped: Vec<&'static str>,
+    pub writable: Vec<String>,
+}
+
+#[derive(Debug, Serialize, Clone)]
+pub struct SeccompReport {
+    pub refused: usize,
+    pub conditional: Vec<&'static str>,
+    pub x32_refused: bool,
+}
+
+impl Isolation {
+    /// What a plan applies when `apply::run` succeeds (every step is a hard requirement).
+    pub fn of(plan: &Plan) -> Isolation {
+        let mut namespaces = vec!["user", "mount", "pid", "ipc", "uts"];
+        if !plan.host_network {
+            namespaces.push("net");
+        }
+        Isolation {
+            namespaces,
+            landlock: LandlockReport {
+                abi: plan.landlock.abi,
+                enforcement: "fully enforced (hard requirement)",
+                scoped: if plan.landlock.scoped { vec!["abstract_unix_socket", "signal"] } else { vec![] },
+                writable: plan
+                    .landlock
+                    .rules
+                    .iter()
+                    .filter(|(_, a)| *a != crate::sandbox::plan::Access::Read)
+                    .map(|(p, _)| p.display().to_string())
+                    .collect(),
+            },
+            seccomp: SeccompReport {
+                refused: crate::sandbox::seccomp::REFUSED.len(),
+                conditional: crate::sandbox::seccomp::CONDITIONAL.to_vec(),
+                x32_refused: cfg!(target_arch = "x86_64"),
+            },
+            network: if plan.host_network { "host (policy network = true)" } else { "none (fresh namespace, loopback only)" },
+            uid_map: format!("{} -> host {}", plan.inner_uid, plan.outer_uid),
+            no_new_privs: true,
+            capabilities: "none (all sets and bounding set cleared)",
+            rlimits: plan.rlimits.iter().map(|r| (format!("{:?}", r.resource), r.value)).collect(),
+        }
+    }
+}
+
+impl Receipt {
+    pub fn new(policy_digest: String) -> Receipt {
+        Receipt { v: 1, policy_digest, ..Receipt::default() }
+    }
+
+    /// Write the receipt atomically (temp file + rename) so a reader never sees half of it.
+    pub fn write(&self, path: &std::path::Path) -> std::io::Result<()> {
+        let json = serde_json::to_string_pretty(self).expect("receipt serialises");
+        let tmp = path.with_extension("tmp-tether-exec");
+        std::fs::write(&tmp, json + "\n")?;
+        std::fs::rename(&tmp, path)
+    }
+}

@@ -1,0 +1,162 @@
+//! Kernel confinement: gather host facts, plan (pure), apply (syscalls).
+//!
+//! [`plan`] decides every mount, Landlock rule, limit and id map as data;
+//! [`seccomp`] holds the system-call rule table; [`apply`] is the only module
+//! that makes namespace, mount, Landlock and seccomp calls. This file only
+//! reads the host (cheap `stat`s) to feed the planner.
+
+pub mod apply;
+pub mod plan;
+pub mod seccomp;
+
+use crate::policy::{PathGlobs, Policy};
+use plan::HostFacts;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+/// Directories the secret scan does not descend into (as tether's own launcher).
+pub const SCAN_SKIP_DIRS: &[&str] = &[".git", "node_modules", ".venv", "venv", "__pycache__", ".tether", "target"];
+/// How deep the secret scan goes.
+pub const SCAN_MAX_DEPTH: usize = 8;
+
+/// Read what the planner needs to know about this host and workspace.
+pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>) -> HostFacts {
+    // SAFETY-free: geteuid/getegid via nix.
+    let uid = nix::unistd::geteuid().as_raw();
+    let gid = nix::unistd::getegid().as_raw();
+    let owner = std::fs::metadata(workspace).map(|m| (m.uid(), m.gid())).unwrap_or((uid, gid));
+    let mut root_symlinks = Vec::new();
+    let mut root_dirs = Vec::new();
+    for name in plan::SYSTEM_DIRS {
+        let p = Path::new("/").join(name);
+        match std::fs::symlink_metadata(&p) {
+            Ok(m) if m.file_type().is_symlink() => {
+                if let Ok(t) = std::fs::read_link(&p) {
+                    root_symlinks.push((name.to_string(), t));
+                }
+            }
+            Ok(m) if m.is_dir() => root_dirs.push(name.to_string()),
+            _ => {}
+        }
+    }
+    let env: Vec<(String, String)> = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .collect();
+    let system = |p: &Path| plan::SYSTEM_DIRS.iter().any(|d| p.starts_with(Path::new("/").join(d)));
+    let mut extra_tool_dirs = Vec::new();
+    if let Some((_, path)) = env.iter().find(|(k, _)| k == "PATH") {
+        for entry in path.split(':') {
+            let p = Path::new(entry);
+            if !p.is_absolute() {
+                continue;
+            }
+            if let Ok(real) = std::fs::canonicalize(p) {
+                let real = tool_root(&real, home);
+                if real.is_dir() && !system(&real) && !real.starts_with(workspace) && !extra_tool_dirs.contains(&real) {
+                    extra_tool_dirs.push(real);
+                }
+            }
+        }
+    }
+    let mut venv_prefixes = Vec::new();
+    for name in [".venv", "venv"] {
+        if let Ok(cfg) = std::fs::read_to_string(workspace.join(name).join("pyvenv.cfg")) {
+            for line in cfg.lines() {
+                if let Some(v) = line.strip_prefix("home").map(str::trim_start).and_then(|r| r.strip_prefix('=')) {
+                    let home = PathBuf::from(v.trim());
+                    let prefix = if home.ends_with("bin") { home.parent().map(Path::to_path_buf).unwrap_or(home) } else { home };
+                    if let Ok(real) = std::fs::canonicalize(&prefix) {
+                        if !system(&real) {
+                            venv_prefixes.push(real);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let globs = policy.path_globs();
+    let protected_present = protected_present(workspace, &globs);
+    let policy_files_in_workspace = policy.files.iter().filter(|f| f.starts_with(workspace)).cloned().collect();
+    let system_secrets = ["/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/security/opasswd", "/etc/sudoers"]
+        .iter()
+        .map(PathBuf::from)
+        .chain(std::fs::read_dir("/etc/ssh").into_iter().flatten().flatten().map(|e| e.path()).filter(|p| {
+            p.file_name().is_some_and(|n| {
+                let n = n.to_string_lossy();
+                n.starts_with("ssh_host_") && n.ends_with("_key")
+            })
+        }))
+        .filter(|p| p.is_file())
+        .collect();
+    HostFacts {
+        uid,
+        gid,
+        workspace_owner: owner,
+        root_symlinks,
+        root_dirs,
+        env,
+        extra_tool_dirs,
+        venv_prefixes,
+        secret_files: scan_secrets(workspace),
+        protected_present,
+        policy_files_in_workspace,
+        system_secrets,
+        landlock_abi: apply::landlock_abi(),
+    }
+}
+
+/// What to expose for a PATH directory: version-manager shims need their
+/// manager's root (`~/.pyenv/shims` → `~/.pyenv`), an interpreter's `bin`
+/// needs its prefix (`.../3.12/bin` → `.../3.12`, which has `lib/`). Never the
+/// home itself or `~/.local` (which holds the state directory by default).
+fn tool_root(dir: &Path, home: Option<&Path>) -> PathBuf {
+    let Some(parent) = dir.parent() else { return dir.to_path_buf() };
+    let too_wide = Some(parent) == home || parent.file_name().is_some_and(|n| n == ".local") || parent == Path::new("/");
+    if too_wide {
+        return dir.to_path_buf();
+    }
+    let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    if name == "shims" || (name == "bin" && parent.join("lib").is_dir()) {
+        parent.to_path_buf()
+    } else {
+        dir.to_path_buf()
+    }
+}
+
+/// Existing protected paths at the top of the workspace (`.git/config`, `.git/hooks`, `.tether`).
+fn protected_present(workspace: &Path, globs: &PathGlobs) -> Vec<(PathBuf, bool)> {
+    let mut out = Vec::new();
+    for rel in [".git/config", ".git/hooks", ".tether"] {
+        let p = workspace.join(rel);
+        if let Ok(m) = std::fs::symlink_metadata(&p) {
+            if globs.protected_by(rel).is_some() && !m.file_type().is_symlink() {
+                out.push((p, m.is_dir()));
+            }
+        }
+    }
+    out
+}
+
+/// Secret-looking files anywhere in the workspace (bounded depth, skipping
+/// dependency and VCS directories), hidden inside the sandbox.
+pub fn scan_secrets(workspace: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![(workspace.to_path_buf(), 0usize)];
+    while let Some((dir, depth)) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&dir) else { continue };
+        for e in rd.flatten() {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            let Ok(ft) = e.file_type() else { continue };
+            if ft.is_dir() {
+                if depth < SCAN_MAX_DEPTH && !SCAN_SKIP_DIRS.contains(&name.as_ref()) {
+                    stack.push((e.path(), depth + 1));
+                }
+            } else if ft.is_file() && crate::policy::is_secret_name(&name) {
+                out.push(e.path());
+            }
+        }
+    }
+    out.sort();
+    out
+}

@@ -1,0 +1,378 @@
+//! The sandbox plan: everything `apply` will do, decided up front, as data.
+//!
+//! Like bubblewrap's command line, the plan is mechanism without policy: an
+//! ordered list of mounts, the Landlock rules, the seccomp rules, the
+//! environment, limits and id maps. Building it is a pure function of the
+//! effective policy and a few facts about the host gathered beforehand
+//! ([`HostFacts`]), so every choice here is unit-testable without a kernel, and
+//! `apply` has no decisions left to make.
+
+use crate::policy::{is_dangerous_env, Policy, Profile};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+/// One filesystem step, applied in order inside the new mount namespace.
+/// Every destination is a path inside the sandbox; every source a host path.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Mount {
+    /// A fresh tmpfs (`mode` octal, `size_mb`).
+    Tmpfs { dst: PathBuf, mode: u32, size_mb: u64 },
+    /// Bind a host path (file or directory), recursively; read-only unless `writable`.
+    Bind { src: PathBuf, dst: PathBuf, writable: bool },
+    /// A fresh procfs for the sandbox's own pid namespace.
+    Proc { dst: PathBuf },
+    /// A symbolic link.
+    Symlink { target: PathBuf, dst: PathBuf },
+    /// Hide a file: an empty, read-only file is bound over it.
+    MaskFile { dst: PathBuf },
+    /// Hide a directory: an empty, read-only tmpfs is mounted over it.
+    MaskDir { dst: PathBuf },
+    /// Make an already visible path read-only (a protected path inside the workspace).
+    ReadOnly { dst: PathBuf },
+}
+
+/// Landlock rights classes for a path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Access {
+    /// Read files, list directories, execute.
+    Read,
+    /// Everything Landlock can grant on a tree.
+    ReadWrite,
+    /// Read and write an existing file (device nodes), no creation.
+    ReadWriteFile,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LandlockPlan {
+    /// The ABI to enforce exactly (hard requirement, never best effort).
+    pub abi: u8,
+    pub rules: Vec<(PathBuf, Access)>,
+    /// Scope abstract unix sockets and signals to the sandbox (ABI 6+).
+    pub scoped: bool,
+}
+
+/// A resource limit: (name, value) with soft = hard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Rlimit {
+    pub resource: RlimitKind,
+    pub value: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RlimitKind {
+    Cpu,
+    AddressSpace,
+    Processes,
+    FileSize,
+    OpenFiles,
+    Core,
+}
+
+/// The whole plan.
+#[derive(Debug, Clone, Serialize)]
+pub struct Plan {
+    /// The program and its arguments (`bash -c SCRIPT` for scripts).
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+    /// Directories searched for `argv[0]` when it has no `/`.
+    pub path: Vec<String>,
+    pub cwd: PathBuf,
+    pub workspace: PathBuf,
+    pub mounts: Vec<Mount>,
+    pub landlock: LandlockPlan,
+    pub rlimits: Vec<Rlimit>,
+    /// `false`: a fresh network namespace with only loopback.
+    pub host_network: bool,
+    /// uid/gid inside the sandbox and the host ids they map to.
+    pub inner_uid: u32,
+    pub inner_gid: u32,
+    pub outer_uid: u32,
+    pub outer_gid: u32,
+    pub hostname: String,
+    pub timeout_ms: Option<u64>,
+}
+
+/// Facts about the host, read before planning (cheap `stat`s and env).
+#[derive(Debug, Clone, Default)]
+pub struct HostFacts {
+    /// The launcher's effective uid/gid.
+    pub uid: u32,
+    pub gid: u32,
+    /// The workspace directory's owner (used when running as root).
+    pub workspace_owner: (u32, u32),
+    /// Top-level entries of `/` that are symlinks (merged /usr): name → target.
+    pub root_symlinks: Vec<(String, PathBuf)>,
+    /// Top-level directories of `/` that exist among the system ones we bind.
+    pub root_dirs: Vec<String>,
+    /// The environment tether-exec was started with.
+    pub env: Vec<(String, String)>,
+    /// PATH entries that are directories outside the system tree (resolved).
+    pub extra_tool_dirs: Vec<PathBuf>,
+    /// Interpreter prefixes of workspace virtualenvs (`home =` in pyvenv.cfg).
+    pub venv_prefixes: Vec<PathBuf>,
+    /// Secret-looking files in the workspace, absolute.
+    pub secret_files: Vec<PathBuf>,
+    /// Protected paths in the workspace that exist: (path, is_dir).
+    pub protected_present: Vec<(PathBuf, bool)>,
+    /// Policy files that sit inside the workspace.
+    pub policy_files_in_workspace: Vec<PathBuf>,
+    /// Readable-by-owner-only secrets of the system (/etc/shadow...), masked when running as root.
+    pub system_secrets: Vec<PathBuf>,
+    /// Landlock ABI the kernel offers (0: none).
+    pub landlock_abi: u8,
+}
+
+/// Environment names tether passes into the sandbox (its allowlist).
+const ENV_ALLOW: &[&str] = &[
+    "PATH", "LANG", "LANGUAGE", "TERM", "COLORTERM", "NO_COLOR", "TZ", "USER", "LOGNAME", "SHELL", "TMPDIR", "VIRTUAL_ENV",
+    "CI", "PYTHONPATH", "PYTHONIOENCODING",
+];
+
+/// System directories bound read-only when present.
+pub const SYSTEM_DIRS: &[&str] = &["usr", "etc", "opt", "bin", "sbin", "lib", "lib32", "lib64", "libx32"];
+
+/// Devices in the minimal /dev.
+pub const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
+
+/// Default limits when the policy says nothing.
+pub const DEFAULT_PROCESSES: u64 = 4096;
+pub const DEFAULT_OPEN_FILES: u64 = 4096;
+pub const DEFAULT_MEMORY_MB: u64 = 16 * 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error("the kernel offers Landlock ABI {have}, but the policy requires at least ABI {need}; upgrade the kernel or lower landlock_min_abi")]
+    LandlockTooOld { have: u8, need: u8 },
+    #[error("the state directory {0} is inside the workspace, where the sandboxed command could reach it; choose a state directory outside the workspace (--state-dir)")]
+    StateInWorkspace(PathBuf),
+    #[error("the workspace {0} is a system directory; choose a project directory")]
+    SystemWorkspace(PathBuf),
+}
+
+/// Build the plan. Pure: every input is an argument.
+pub fn build(
+    policy: &Policy,
+    facts: &HostFacts,
+    workspace: &Path,
+    cwd: &Path,
+    argv: Vec<String>,
+    state_dir: &Path,
+) -> Result<Plan, PlanError> {
+    if state_dir.starts_with(workspace) {
+        return Err(PlanError::StateInWorkspace(state_dir.to_path_buf()));
+    }
+    if workspace == Path::new("/") || SYSTEM_DIRS.iter().any(|d| workspace.starts_with(Path::new("/").join(d))) {
+        return Err(PlanError::SystemWorkspace(workspace.to_path_buf()));
+    }
+    let need = policy.landlock_min_abi();
+    if facts.landlock_abi < need {
+        return Err(PlanError::LandlockTooOld { have: facts.landlock_abi, need });
+    }
+    let writable = policy.profile() == Profile::WorkspaceWrite;
+    let mut mounts = Vec::new();
+
+    // The system, read-only. Merged-/usr links are recreated as links.
+    for (name, target) in &facts.root_symlinks {
+        if SYSTEM_DIRS.contains(&name.as_str()) {
+            mounts.push(Mount::Symlink { target: target.clone(), dst: Path::new("/").join(name) });
+        }
+    }
+    for name in &facts.root_dirs {
+        let p = Path::new("/").join(name);
+        mounts.push(Mount::Bind { src: p.clone(), dst: p, writable: false });
+    }
+    if facts.uid == 0 {
+        // Running as root the sandbox's files map to host root, who owns
+        // /etc/shadow & co: hide them.
+        for s in &facts.system_secrets {
+            mounts.push(Mount::MaskFile { dst: s.clone() });
+        }
+    }
+    // Tools on PATH and virtualenv interpreters that live outside the system tree.
+    let mut extra: Vec<PathBuf> = Vec::new();
+    for d in facts.extra_tool_dirs.iter().chain(&facts.venv_prefixes) {
+        let covered = d.starts_with(workspace) || extra.iter().any(|e| d.starts_with(e)) || SYSTEM_DIRS.iter().any(|s| d.starts_with(Path::new("/").join(s)));
+        let private = d.components().any(|c| {
+            let c = c.as_os_str().to_string_lossy();
+            matches!(c.as_ref(), ".ssh" | ".gnupg" | ".aws" | ".kube" | ".docker" | ".config" | ".netrc" | ".password-store")
+        });
+        if !covered && !private && !d.starts_with(state_dir) && !state_dir.starts_with(d) && extra.len() < 16 {
+            extra.push(d.clone());
+        }
+    }
+    for d in &extra {
+        mounts.push(Mount::Bind { src: d.clone(), dst: d.clone(), writable: false });
+    }
+    for p in policy.read_only_paths() {
+        let p = PathBuf::from(p);
+        if !p.starts_with(state_dir) {
+            mounts.push(Mount::Bind { src: p.clone(), dst: p, writable: false });
+        }
+    }
+
+    // A minimal /dev, a fresh /proc, a private /tmp.
+    mounts.push(Mount::Tmpfs { dst: "/dev".into(), mode: 0o755, size_mb: 1 });
+    for d in DEVICES {
+        let p = Path::new("/dev").join(d);
+        mounts.push(Mount::Bind { src: p.clone(), dst: p, writable: true });
+    }
+    for (name, target) in [("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")] {
+        mounts.push(Mount::Symlink { target: target.into(), dst: Path::new("/dev").join(name) });
+    }
+    mounts.push(Mount::Tmpfs { dst: "/dev/shm".into(), mode: 0o1777, size_mb: 256 });
+    mounts.push(Mount::Proc { dst: "/proc".into() });
+    mounts.push(Mount::Tmpfs { dst: "/tmp".into(), mode: 0o1777, size_mb: 1024 });
+
+    // The workspace at its own path, then what is protected inside it.
+    mounts.push(Mount::Bind { src: workspace.to_path_buf(), dst: workspace.to_path_buf(), writable });
+    for (p, is_dir) in &facts.protected_present {
+        let hidden = p.strip_prefix(workspace).is_ok_and(|r| r.starts_with(".tether"));
+        mounts.push(match (hidden, is_dir) {
+            (true, true) => Mount::MaskDir { dst: p.clone() },
+            (true, false) => Mount::MaskFile { dst: p.clone() },
+            (false, _) => Mount::ReadOnly { dst: p.clone() },
+        });
+    }
+    for f in &facts.policy_files_in_workspace {
+        mounts.push(Mount::ReadOnly { dst: f.clone() });
+    }
+    for s in &facts.secret_files {
+        mounts.push(Mount::MaskFile { dst: s.clone() });
+    }
+
+    let abi = facts.landlock_abi.min(crate::policy::doc_max_abi());
+    let mut rules = vec![(PathBuf::from("/"), Access::Read)];
+    rules.push((workspace.to_path_buf(), if writable { Access::ReadWrite } else { Access::Read }));
+    rules.push(("/tmp".into(), Access::ReadWrite));
+    rules.push(("/dev/shm".into(), Access::ReadWrite));
+    for d in ["null", "zero", "full", "tty"] {
+        rules.push((Path::new("/dev").join(d), Access::ReadWriteFile));
+    }
+
+    // Environment: tether's allowlist, LC_*, the policy's pass-through names.
+    let passthrough = policy.env_passthrough();
+    let mut env: Vec<(String, String)> = facts
+        .env
+        .iter()
+        .filter(|(k, _)| ENV_ALLOW.contains(&k.as_str()) || k.starts_with("LC_") || (passthrough.contains(k) && !is_dangerous_env(k)))
+        .cloned()
+        .collect();
+    let ws = workspace.to_string_lossy().into_owned();
+    env.retain(|(k, _)| k != "HOME" && k != "PWD" && k != "PAGER");
+    env.push(("HOME".into(), ws));
+    env.push(("PWD".into(), cwd.to_string_lossy().into_owned()));
+    env.push(("PAGER".into(), "cat".into()));
+    if !env.iter().any(|(k, _)| k == "PATH") {
+        env.push(("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()));
+    }
+    env.sort();
+    let path = env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.split(':').filter(|s| !s.is_empty()).map(str::to_string).collect())
+        .unwrap_or_default();
+
+    let limits = policy.limits();
+    let mb = |v: u64| v.saturating_mul(1024 * 1024);
+    let mut rlimits = vec![
+        Rlimit { resource: RlimitKind::Processes, value: limits.processes.unwrap_or(DEFAULT_PROCESSES) },
+        Rlimit { resource: RlimitKind::OpenFiles, value: limits.open_files.unwrap_or(DEFAULT_OPEN_FILES) },
+        Rlimit { resource: RlimitKind::AddressSpace, value: mb(limits.memory_mb.unwrap_or(DEFAULT_MEMORY_MB)) },
+        Rlimit { resource: RlimitKind::Core, value: 0 },
+    ];
+    if let Some(c) = limits.cpu_seconds {
+        rlimits.push(Rlimit { resource: RlimitKind::Cpu, value: c });
+    }
+    if let Some(f) = limits.file_size_mb {
+        rlimits.push(Rlimit { resource: RlimitKind::FileSize, value: mb(f) });
+    }
+
+    // As root, the sandbox acts as the workspace's owner, inside as an
+    // unprivileged uid; otherwise as the caller, with the caller's uid inside.
+    let (outer_uid, outer_gid) = if facts.uid == 0 { facts.workspace_owner } else { (facts.uid, facts.gid) };
+    let inner_uid = if outer_uid == 0 { 1000 } else { outer_uid };
+    let inner_gid = if outer_gid == 0 { 1000 } else { outer_gid };
+
+    Ok(Plan {
+        argv,
+        env,
+        path,
+        cwd: cwd.to_path_buf(),
+        workspace: workspace.to_path_buf(),
+        mounts,
+        landlock: LandlockPlan { abi, rules, scoped: abi >= 6 },
+        rlimits,
+        host_network: policy.network(),
+        inner_uid,
+        inner_gid,
+        outer_uid,
+        outer_gid,
+        hostname: "tether-sandbox".into(),
+        timeout_ms: policy.timeout_ms(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::{Format, Layer};
+
+    fn facts() -> HostFacts {
+        HostFacts {
+            uid: 1000,
+            gid: 1000,
+            workspace_owner: (1000, 1000),
+            root_symlinks: vec![("bin".into(), "usr/bin".into())],
+            root_dirs: vec!["usr".into(), "etc".into()],
+            env: vec![("PATH".into(), "/usr/bin".into()), ("AWS_SECRET_ACCESS_KEY".into(), "x".into()), ("LC_ALL".into(), "C".into())],
+            landlock_abi: 7,
+            ..HostFacts::default()
+        }
+    }
+
+    fn policy(t: &str) -> Policy {
+        Policy::new(vec![Layer::parse(t, "t", Format::Toml).unwrap()], vec![])
+    }
+
+    #[test]
+    fn environment_is_an_allowlist() {
+        let p = build(&policy(""), &facts(), Path::new("/w"), Path::new("/w"), vec!["ls".into()], Path::new("/s")).unwrap();
+        let keys: Vec<_> = p.env.iter().map(|(k, _)| k.as_str()).collect();
+        assert!(keys.contains(&"LC_ALL") && keys.contains(&"HOME"));
+        assert!(!keys.contains(&"AWS_SECRET_ACCESS_KEY"));
+    }
+
+    #[test]
+    fn read_only_profile_binds_the_workspace_read_only() {
+        let p = build(&policy("profile = \"read-only\""), &facts(), Path::new("/w"), Path::new("/w"), vec![], Path::new("/s")).unwrap();
+        assert!(p.mounts.contains(&Mount::Bind { src: "/w".into(), dst: "/w".into(), writable: false }));
+        assert!(p.landlock.rules.contains(&("/w".into(), Access::Read)));
+    }
+
+    #[test]
+    fn state_dir_inside_workspace_is_refused() {
+        assert!(build(&policy(""), &facts(), Path::new("/w"), Path::new("/w"), vec![], Path::new("/w/.state")).is_err());
+    }
+
+    #[test]
+    fn landlock_floor_is_enforced() {
+        let mut f = facts();
+        f.landlock_abi = 3;
+        assert!(matches!(
+            build(&policy("landlock_min_abi = 4"), &f, Path::new("/w"), Path::new("/w"), vec![], Path::new("/s")),
+            Err(PlanError::LandlockTooOld { have: 3, need: 4 })
+        ));
+    }
+
+    #[test]
+    fn root_maps_to_the_workspace_owner_and_an_unprivileged_inner_uid() {
+        let mut f = facts();
+        f.uid = 0;
+        f.workspace_owner = (0, 0);
+        let p = build(&policy(""), &f, Path::new("/w"), Path::new("/w"), vec![], Path::new("/s")).unwrap();
+        assert_eq!((p.outer_uid, p.inner_uid), (0, 1000));
+    }
+}

@@ -1,0 +1,54 @@
+//! Where tether-exec keeps its state (approvals, audit): outside every sandbox.
+//!
+//! tether starts the launcher with `HOME` set to the workspace, so `$HOME`
+//! alone must not place the state directory: the default uses the account's
+//! home from the password database. A state directory inside the workspace is
+//! refused by the planner, because the sandboxed command could reach it.
+
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error("cannot find a home directory for uid {0} in the password database; pass --state-dir or set TETHER_EXEC_STATE_DIR")]
+    NoHome(u32),
+    #[error("cannot create the state directory {path}: {source}")]
+    Create {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The invoking account's home directory, from the password database (not `$HOME`).
+pub fn account_home() -> Option<PathBuf> {
+    let uid = nix::unistd::getuid();
+    nix::unistd::User::from_uid(uid).ok().flatten().map(|u| u.dir)
+}
+
+/// The state directory: explicit, else `$XDG_STATE_HOME/tether-exec`, else
+/// `<account home>/.local/state/tether-exec`.
+pub fn resolve(explicit: Option<PathBuf>) -> Result<PathBuf, StateError> {
+    if let Some(p) = explicit {
+        return Ok(p);
+    }
+    if let Some(x) = std::env::var_os("XDG_STATE_HOME").filter(|x| !x.is_empty()) {
+        let p = PathBuf::from(x);
+        if p.is_absolute() {
+            return Ok(p.join("tether-exec"));
+        }
+    }
+    let uid = nix::unistd::getuid().as_raw();
+    let home = account_home().ok_or(StateError::NoHome(uid))?;
+    Ok(home.join(".local/state/tether-exec"))
+}
+
+/// Create the state directory (mode 0700) if needed and return its canonical path.
+pub fn ensure(dir: &std::path::Path) -> Result<PathBuf, StateError> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| StateError::Create { path: dir.to_path_buf(), source: e })?;
+    std::fs::canonicalize(dir).map_err(|e| StateError::Create { path: dir.to_path_buf(), source: e })
+}
