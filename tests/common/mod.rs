@@ -1,0 +1,98 @@
+//! Shared helpers for tests that drive the `tether-exec` binary.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+/// The binary under test (`TETHER_EXEC_BIN` overrides, for the unprivileged CI pass).
+pub fn bin() -> PathBuf {
+    std::env::var_os("TETHER_EXEC_BIN").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_tether-exec")))
+}
+
+pub const PY: &str = "/usr/bin/python3";
+
+/// A test world: a workspace, a folder outside it, a state directory.
+pub struct World {
+    pub root: tempfile::TempDir,
+    pub ws: PathBuf,
+    pub outside: PathBuf,
+    pub state: PathBuf,
+}
+
+impl World {
+    pub fn new() -> World {
+        let root = tempfile::Builder::new().prefix("tether-test-").tempdir().expect("tempdir");
+        let base = std::fs::canonicalize(root.path()).unwrap();
+        let ws = base.join("ws");
+        let outside = base.join("outside");
+        let state = base.join("state");
+        for d in [&ws, &outside, &state] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        World { root, ws, outside, state }
+    }
+
+    pub fn write(&self, rel: &str, text: &str) -> PathBuf {
+        let p = self.ws.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    pub fn policy(&self, toml: &str) -> PathBuf {
+        let p = self.outside.join(format!("policy-{}.toml", rand_tag()));
+        std::fs::write(&p, toml).unwrap();
+        p
+    }
+
+    /// `tether-exec run [extra] -c script` in the workspace.
+    pub fn run_with(&self, extra: &[&str], script: &str) -> Output {
+        let mut c = Command::new(bin());
+        c.arg("--state-dir").arg(&self.state).arg("run").args(extra).arg("-c").arg(script);
+        c.current_dir(&self.ws).stdin(Stdio::null());
+        c.output().expect("run tether-exec")
+    }
+
+    pub fn run(&self, script: &str) -> Output {
+        self.run_with(&[], script)
+    }
+
+    pub fn run_policy(&self, toml: &str, script: &str) -> Output {
+        let p = self.policy(toml);
+        self.run_with(&["--policy", p.to_str().unwrap()], script)
+    }
+
+    /// The same script without the sandbox: the control.
+    pub fn control(&self, script: &str) -> Output {
+        Command::new("bash").arg("-c").arg(script).current_dir(&self.ws).stdin(Stdio::null()).output().expect("bash")
+    }
+}
+
+pub fn rand_tag() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+    format!("{}-{}-{}", std::process::id(), t % 1_000_000_000, N.fetch_add(1, Ordering::Relaxed))
+}
+
+pub fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc_geteuid() == 0 }
+}
+
+extern "C" {
+    #[link_name = "geteuid"]
+    fn libc_geteuid() -> u32;
+}
+
+pub fn exists(p: &Path) -> bool {
+    std::fs::symlink_metadata(p).is_ok()
+}
