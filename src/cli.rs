@@ -45,7 +45,9 @@ pub struct CommandSpec {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Gate the command, then run it confined (exit: the command's own; 75 held; 77 refused; 124 timeout; 125 failure).
-    #[command(after_help = "Examples:\n  tether-exec run -c 'pytest -q && ruff check .'\n  tether-exec run --policy policies/workspace-write.toml --receipt /tmp/r.json -- cargo test\n  echo data | tether-exec run -- wc -c")]
+    #[command(
+        after_help = "Examples:\n  tether-exec run -c 'pytest -q && ruff check .'\n  tether-exec run --policy policies/workspace-write.toml --receipt /tmp/r.json -- cargo test\n  echo data | tether-exec run -- wc -c"
+    )]
     Run {
         #[command(flatten)]
         spec: CommandSpec,
@@ -57,11 +59,19 @@ pub enum Command {
         receipt: Option<PathBuf>,
     },
     /// Decide about a command without running it (exit 0 allow, 75 ask, 77 deny).
-    #[command(after_help = "Examples:\n  tether-exec check --policy policies/ci-runner.toml -c 'pytest -q && ruff check .'\n  tether-exec check --json -- git push origin main")]
+    #[command(
+        after_help = "Examples:\n  tether-exec check --policy policies/ci-runner.toml -c 'pytest -q && ruff check .'\n  tether-exec check --json -- git push origin main"
+    )]
     Check {
         #[command(flatten)]
         spec: CommandSpec,
         /// Print the decision as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Report what this kernel offers for confinement, and what to do about what is missing.
+    #[command(after_help = "Example:\n  tether-exec doctor --json")]
+    Doctor {
         #[arg(long)]
         json: bool,
     },
@@ -79,11 +89,10 @@ pub enum PolicyCommand {
         files: Vec<PathBuf>,
     },
     /// Print the effective policy of PARENT narrowed by CHILD, and its digest.
-    #[command(after_help = "Example:\n  tether-exec policy narrow policies/workspace-write.toml policies/docs-writer.toml")]
-    Narrow {
-        parent: PathBuf,
-        child: PathBuf,
-    },
+    #[command(
+        after_help = "Example:\n  tether-exec policy narrow policies/workspace-write.toml policies/docs-writer.toml"
+    )]
+    Narrow { parent: PathBuf, child: PathBuf },
 }
 
 /// Print tether-exec's own error: one line first, detail after.
@@ -110,6 +119,7 @@ pub fn main() -> i32 {
     match cli.command {
         Command::Run { spec, session, receipt } => run(&spec, session, receipt.as_deref(), cli.state_dir),
         Command::Check { spec, json } => check(&spec, json),
+        Command::Doctor { json } => doctor(json),
         Command::Policy(PolicyCommand::Validate { files }) => policy_validate(&files),
         Command::Policy(PolicyCommand::Narrow { parent, child }) => policy_narrow(&parent, &child),
     }
@@ -196,7 +206,12 @@ fn check(spec: &CommandSpec, json: bool) -> i32 {
 pub fn render_decision(d: &Decision) -> String {
     let mut s = format!("decision: {}", d.decision);
     for j in &d.commands {
-        s.push_str(&format!("\n  {:<5}  {}\n         {}", j.verdict.to_string(), j.command, j.reason));
+        s.push_str(&format!(
+            "\n  {:<5}  {}\n         {}",
+            j.verdict.to_string(),
+            j.command,
+            j.reason
+        ));
     }
     s
 }
@@ -275,7 +290,11 @@ fn run(spec: &CommandSpec, session: Option<String>, receipt_path: Option<&Path>,
             return finish(&receipt, receipt_path, exit::REFUSED);
         }
         Verdict::Ask => {
-            eprintln!("[APPROVAL REQUIRED] `{}` needs a human: {}", spec.script.clone().unwrap_or_else(|| spec.argv.join(" ")), d.summary());
+            eprintln!(
+                "[APPROVAL REQUIRED] `{}` needs a human: {}",
+                spec.script.clone().unwrap_or_else(|| spec.argv.join(" ")),
+                d.summary()
+            );
             return finish(&receipt, receipt_path, exit::HELD);
         }
         Verdict::Allow => {}
@@ -300,7 +319,9 @@ fn run(spec: &CommandSpec, session: Option<String>, receipt_path: Option<&Path>,
     let outcome = match apply::run(&plan, None) {
         Ok(o) => o,
         Err(e) => {
-            error_line(&format!("{e}\nnothing ran; `tether-exec doctor` reports what this kernel offers"));
+            error_line(&format!(
+                "{e}\nnothing ran; `tether-exec doctor` reports what this kernel offers"
+            ));
             receipt.error = Some(e.to_string());
             receipt.isolation = None;
             return finish(&receipt, receipt_path, exit::INTERNAL);
@@ -316,14 +337,107 @@ fn run(spec: &CommandSpec, session: Option<String>, receipt_path: Option<&Path>,
         }
         apply::Ended::TimedOut => {
             receipt.timed_out = true;
-            eprintln!("tether-exec: timed out after {} ms; every process of the sandbox was killed", policy.timeout_ms().unwrap_or(0));
+            eprintln!(
+                "tether-exec: timed out after {} ms; every process of the sandbox was killed",
+                policy.timeout_ms().unwrap_or(0)
+            );
             exit::TIMEOUT
         }
         apply::Ended::ExecFailed { code } => {
-            eprintln!("tether-exec: {}", outcome.exec_error.as_deref().unwrap_or("cannot execute"));
+            eprintln!(
+                "tether-exec: {}",
+                outcome.exec_error.as_deref().unwrap_or("cannot execute")
+            );
             code
         }
     };
     receipt.exit_code = Some(code);
     finish(&receipt, receipt_path, code)
+}
+
+fn read_trim(p: &str) -> Option<String> {
+    std::fs::read_to_string(p).ok().map(|s| s.trim().to_string())
+}
+
+fn doctor(json: bool) -> i32 {
+    use serde_json::json;
+    let mut checks = Vec::new();
+    let mut ok_all = true;
+    let mut check = |name: &str, ok: bool, detail: String, advice: &str| {
+        ok_all &= ok;
+        checks.push(json!({"check": name, "ok": ok, "detail": detail, "advice": if ok { "" } else { advice }}));
+    };
+    let kernel = read_trim("/proc/sys/kernel/osrelease").unwrap_or_default();
+    check("kernel", true, kernel, "");
+    let max_ns = read_trim("/proc/sys/user/max_user_namespaces").unwrap_or_else(|| "?".into());
+    let clone_sysctl = read_trim("/proc/sys/kernel/unprivileged_userns_clone");
+    let apparmor = read_trim("/proc/sys/kernel/apparmor_restrict_unprivileged_userns");
+    let userns_ok = max_ns != "0"
+        && clone_sysctl.as_deref() != Some("0")
+        && (apparmor.as_deref() != Some("1") || nix::unistd::geteuid().is_root());
+    check(
+        "user namespaces",
+        userns_ok,
+        format!("max_user_namespaces={max_ns}, unprivileged_userns_clone={}, apparmor_restrict_unprivileged_userns={}", clone_sysctl.as_deref().unwrap_or("absent"), apparmor.as_deref().unwrap_or("absent")),
+        "enable unprivileged user namespaces: sysctl user.max_user_namespaces=15000; on Debian sysctl kernel.unprivileged_userns_clone=1; on Ubuntu 24.04+ sysctl kernel.apparmor_restrict_unprivileged_userns=0 (or an AppArmor profile granting userns to tether-exec)",
+    );
+    let abi = crate::sandbox::apply::landlock_abi();
+    check("landlock", abi >= 1, format!("ABI {abi} (this build uses up to {})", crate::policy::doc_max_abi()), "boot a kernel with CONFIG_SECURITY_LANDLOCK=y and landlock in the lsm= list (5.13+; ABI 6+ for signal and abstract-socket scoping)");
+    let seccomp = std::fs::read_to_string("/proc/self/status")
+        .map(|s| s.contains("Seccomp:"))
+        .unwrap_or(false);
+    check(
+        "seccomp",
+        seccomp,
+        if seccomp {
+            "seccomp-bpf filters available".into()
+        } else {
+            "no Seccomp field in /proc/self/status".into()
+        },
+        "boot a kernel with CONFIG_SECCOMP_FILTER=y",
+    );
+    let filters = crate::sandbox::seccomp::filters();
+    check(
+        "seccomp rules",
+        filters.is_ok(),
+        format!(
+            "{} refused system calls, {} conditional rules",
+            crate::sandbox::seccomp::REFUSED.len(),
+            crate::sandbox::seccomp::CONDITIONAL.len()
+        ),
+        "report a bug: the filter failed to compile",
+    );
+    let v1 = std::path::Path::new("/sys/fs/cgroup/pids").is_dir();
+    let v2 = read_trim("/sys/fs/cgroup/cgroup.controllers").is_some_and(|c| c.split_whitespace().any(|x| x == "pids"));
+    let root = nix::unistd::geteuid().is_root();
+    check(
+        "pids cgroup (needed only when running as root)",
+        !root || v1 || v2,
+        format!("cgroup v1 pids: {v1}, cgroup v2 pids: {v2}"),
+        "as root, process limits need a pids cgroup; mount the pids controller or run tether-exec as an unprivileged user",
+    );
+    if json {
+        println!("{}", json!({"v": 1, "ok": ok_all, "checks": checks}));
+    } else {
+        for c in &checks {
+            let mark = if c["ok"].as_bool() == Some(true) {
+                "ok  "
+            } else {
+                "MISSING"
+            };
+            println!(
+                "{mark} {}: {}",
+                c["check"].as_str().unwrap_or(""),
+                c["detail"].as_str().unwrap_or("")
+            );
+            if let Some(a) = c["advice"].as_str().filter(|a| !a.is_empty()) {
+                println!("     fix: {a}");
+            }
+        }
+    }
+    if ok_all {
+        0
+    } else {
+        exit::INTERNAL
+    }
 }

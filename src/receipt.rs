@@ -74,7 +74,11 @@ impl Isolation {
             landlock: LandlockReport {
                 abi: plan.landlock.abi,
                 enforcement: "fully enforced (hard requirement)",
-                scoped: if plan.landlock.scoped { vec!["abstract_unix_socket", "signal"] } else { vec![] },
+                scoped: if plan.landlock.scoped {
+                    vec!["abstract_unix_socket", "signal"]
+                } else {
+                    vec![]
+                },
                 writable: plan
                     .landlock
                     .rules
@@ -88,18 +92,30 @@ impl Isolation {
                 conditional: crate::sandbox::seccomp::CONDITIONAL.to_vec(),
                 x32_refused: cfg!(target_arch = "x86_64"),
             },
-            network: if plan.host_network { "host (policy network = true)" } else { "none (fresh namespace, loopback only)" },
+            network: if plan.host_network {
+                "host (policy network = true)"
+            } else {
+                "none (fresh namespace, loopback only)"
+            },
             uid_map: format!("{} -> host {}", plan.inner_uid, plan.outer_uid),
             no_new_privs: true,
             capabilities: "none (all sets and bounding set cleared)",
-            rlimits: plan.rlimits.iter().map(|r| (format!("{:?}", r.resource), r.value)).collect(),
+            rlimits: plan
+                .rlimits
+                .iter()
+                .map(|r| (format!("{:?}", r.resource), r.value))
+                .collect(),
         }
     }
 }
 
 impl Receipt {
     pub fn new(policy_digest: String) -> Receipt {
-        Receipt { v: 1, policy_digest, ..Receipt::default() }
+        Receipt {
+            v: 1,
+            policy_digest,
+            ..Receipt::default()
+        }
     }
 
     /// Write the receipt atomically (temp file + rename) so a reader never sees half of it.

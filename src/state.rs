@@ -49,6 +49,12 @@ pub fn ensure(dir: &std::path::Path) -> Result<PathBuf, StateError> {
         .recursive(true)
         .mode(0o700)
         .create(dir)
-        .map_err(|e| StateError::Create { path: dir.to_path_buf(), source: e })?;
-    std::fs::canonicalize(dir).map_err(|e| StateError::Create { path: dir.to_path_buf(), source: e })
+        .map_err(|e| StateError::Create {
+            path: dir.to_path_buf(),
+            source: e,
+        })?;
+    std::fs::canonicalize(dir).map_err(|e| StateError::Create {
+        path: dir.to_path_buf(),
+        source: e,
+    })
 }

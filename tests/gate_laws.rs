@@ -8,22 +8,70 @@ use std::path::Path;
 use tether_exec::gate::{decide, Context, Input};
 use tether_exec::policy::{Format, Layer, Policy, Verdict};
 
-const VOCAB: &[&str] = &["ls", "cat", "git status", "git push", "git", "rm", "rm -rf", "pytest", "curl", "echo", "make test", "python3"];
+const VOCAB: &[&str] = &[
+    "ls",
+    "cat",
+    "git status",
+    "git push",
+    "git",
+    "rm",
+    "rm -rf",
+    "pytest",
+    "curl",
+    "echo",
+    "make test",
+    "python3",
+];
 const COMMANDS: &[&str] = &[
-    "ls -la", "cat a", "git status", "git push origin", "git log", "rm -rf x", "rm x", "pytest -q", "curl x", "echo hi",
-    "make test", "make", "python3 x.py", "timeout 5 git push", "env rm x", "bash -c 'curl x'", "ls > out.txt", "echo > docs/a.md",
-    "echo > src/a.rs", "find . -exec rm {} \\;",
+    "ls -la",
+    "cat a",
+    "git status",
+    "git push origin",
+    "git log",
+    "rm -rf x",
+    "rm x",
+    "pytest -q",
+    "curl x",
+    "echo hi",
+    "make test",
+    "make",
+    "python3 x.py",
+    "timeout 5 git push",
+    "env rm x",
+    "bash -c 'curl x'",
+    "ls > out.txt",
+    "echo > docs/a.md",
+    "echo > src/a.rs",
+    "find . -exec rm {} \\;",
 ];
 const GLOBS: &[&str] = &["docs/**", "src/*.rs", "**/*.md", "tests/**", "*.txt"];
-const PATHS: &[&str] = &["docs/a.md", "src/a.rs", "src/x/b.rs", "README.md", "tests/t.py", "out.txt", "a/b/c.txt"];
+const PATHS: &[&str] = &[
+    "docs/a.md",
+    "src/a.rs",
+    "src/x/b.rs",
+    "README.md",
+    "tests/t.py",
+    "out.txt",
+    "a/b/c.txt",
+];
 
 fn layer_strategy() -> impl Strategy<Value = String> {
     let list = || proptest::sample::subsequence(VOCAB.to_vec(), 0..4);
-    (list(), list(), list(), 0..3u8, proptest::option::of(proptest::sample::subsequence(GLOBS.to_vec(), 0..3)), any::<bool>())
+    (
+        list(),
+        list(),
+        list(),
+        0..3u8,
+        proptest::option::of(proptest::sample::subsequence(GLOBS.to_vec(), 0..3)),
+        any::<bool>(),
+    )
         .prop_map(|(allow, ask, deny, default, globs, ro)| {
             // A prefix sits in one list only (contradictions are load errors).
             let ask: Vec<_> = ask.into_iter().filter(|r| !allow.contains(r)).collect();
-            let deny: Vec<_> = deny.into_iter().filter(|r| !allow.contains(r) && !ask.contains(r)).collect();
+            let deny: Vec<_> = deny
+                .into_iter()
+                .filter(|r| !allow.contains(r) && !ask.contains(r))
+                .collect();
             let q = |v: &[&str]| v.iter().map(|s| format!("{s:?}")).collect::<Vec<_>>().join(", ");
             let mut t = format!(
                 "bash_allow_prefixes = [{}]\nrequire_approval_for = [{}]\ndeny = [{}]\ndefault = {:?}\n",

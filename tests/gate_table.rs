@@ -3,9 +3,9 @@
 //! policy that lists them. A gate that asks about everything is as useless as
 //! one that allows everything, so both halves matter.
 
+use std::path::Path;
 use tether_exec::gate::{decide, Context, Input};
 use tether_exec::policy::{Format, Layer, Policy, Verdict};
-use std::path::Path;
 
 const POLICY: &str = r#"
 version = 1
@@ -282,14 +282,23 @@ fn table_of_commands() {
             failures.push(format!("{script:?}: want {want}, got {} — {}", d.decision, d.summary()));
         }
     }
-    assert!(failures.is_empty(), "{} of {} rows wrong:\n{}", failures.len(), TABLE.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} rows wrong:\n{}",
+        failures.len(),
+        TABLE.len(),
+        failures.join("\n")
+    );
 }
 
 #[test]
 fn every_attack_row_is_not_allowed_and_every_everyday_row_is() {
     let attacks = TABLE.iter().filter(|(_, v)| *v != A).count();
     let everyday = TABLE.iter().filter(|(_, v)| *v == A).count();
-    assert!(attacks >= 75 && everyday >= 75, "{attacks} attacks, {everyday} everyday");
+    assert!(
+        attacks >= 75 && everyday >= 75,
+        "{attacks} attacks, {everyday} everyday"
+    );
 }
 
 #[test]
@@ -321,7 +330,10 @@ fn oversized_input_is_an_error_not_a_hang() {
 
 #[test]
 fn profile_only_policy_allows_every_command_like_tether() {
-    let p = Policy::new(vec![Layer::parse("profile = \"workspace-write\"", "p", Format::Toml).unwrap()], vec![]);
+    let p = Policy::new(
+        vec![Layer::parse("profile = \"workspace-write\"", "p", Format::Toml).unwrap()],
+        vec![],
+    );
     for s in ["rm -rf build", "eval ls", "curl x", "$X", "bash <<< ls"] {
         assert_eq!(decide(&p, Input::Script(s), &ctx()).unwrap().decision, A, "{s}");
     }
@@ -332,7 +344,12 @@ fn profile_only_policy_allows_every_command_like_tether() {
 #[test]
 fn layers_take_the_strictest_verdict() {
     let parent = Layer::parse(POLICY, "parent", Format::Toml).unwrap();
-    let child = Layer::parse("bash_allow_prefixes = [\"ls\"]\ndeny = [\"git\"]\ndefault = \"deny\"", "child", Format::Toml).unwrap();
+    let child = Layer::parse(
+        "bash_allow_prefixes = [\"ls\"]\ndeny = [\"git\"]\ndefault = \"deny\"",
+        "child",
+        Format::Toml,
+    )
+    .unwrap();
     let p = Policy::new(vec![parent, child], vec![]);
     assert_eq!(decide(&p, Input::Script("ls"), &ctx()).unwrap().decision, A);
     assert_eq!(decide(&p, Input::Script("git status"), &ctx()).unwrap().decision, D);
@@ -341,11 +358,35 @@ fn layers_take_the_strictest_verdict() {
 
 #[test]
 fn writable_globs_apply_to_redirects() {
-    let p = Policy::new(vec![Layer::parse("writable_globs = [\"docs/**\"]", "g", Format::Toml).unwrap()], vec![]);
-    assert_eq!(decide(&p, Input::Script("echo x > docs/a.md"), &ctx()).unwrap().decision, A);
-    assert_eq!(decide(&p, Input::Script("echo x > src/a.rs"), &ctx()).unwrap().decision, D);
-    assert_eq!(decide(&p, Input::Script("cd docs && echo x > a.md"), &ctx()).unwrap().decision, A);
-    let ro = Policy::new(vec![Layer::parse("profile = \"read-only\"", "r", Format::Toml).unwrap()], vec![]);
+    let p = Policy::new(
+        vec![Layer::parse("writable_globs = [\"docs/**\"]", "g", Format::Toml).unwrap()],
+        vec![],
+    );
+    assert_eq!(
+        decide(&p, Input::Script("echo x > docs/a.md"), &ctx())
+            .unwrap()
+            .decision,
+        A
+    );
+    assert_eq!(
+        decide(&p, Input::Script("echo x > src/a.rs"), &ctx()).unwrap().decision,
+        D
+    );
+    assert_eq!(
+        decide(&p, Input::Script("cd docs && echo x > a.md"), &ctx())
+            .unwrap()
+            .decision,
+        A
+    );
+    let ro = Policy::new(
+        vec![Layer::parse("profile = \"read-only\"", "r", Format::Toml).unwrap()],
+        vec![],
+    );
     assert_eq!(decide(&ro, Input::Script("echo x > a.md"), &ctx()).unwrap().decision, D);
-    assert_eq!(decide(&ro, Input::Script("echo x > /tmp/a.md"), &ctx()).unwrap().decision, A);
+    assert_eq!(
+        decide(&ro, Input::Script("echo x > /tmp/a.md"), &ctx())
+            .unwrap()
+            .decision,
+        A
+    );
 }

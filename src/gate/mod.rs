@@ -26,11 +26,47 @@ pub use parse::{GateInputError, MAX_SCRIPT_BYTES};
 
 /// Built-ins that change nothing outside the shell and need no rule.
 const HARMLESS_BUILTINS: &[&str] = &[
-    "cd", "pwd", "true", "false", ":", "test", "[", "echo", "printf", "exit", "return", "shift", "break", "continue",
-    "set", "unset", "shopt", "wait", "read", "local", "export", "declare", "typeset", "readonly", "umask", "type",
-    "pushd", "popd", "dirs", "let", "getopts", "mapfile", "readarray", "ulimit", "times", "jobs", "hash",
+    "cd",
+    "pwd",
+    "true",
+    "false",
+    ":",
+    "test",
+    "[",
+    "echo",
+    "printf",
+    "exit",
+    "return",
+    "shift",
+    "break",
+    "continue",
+    "set",
+    "unset",
+    "shopt",
+    "wait",
+    "read",
+    "local",
+    "export",
+    "declare",
+    "typeset",
+    "readonly",
+    "umask",
+    "type",
+    "pushd",
+    "popd",
+    "dirs",
+    "let",
+    "getopts",
+    "mapfile",
+    "readarray",
+    "ulimit",
+    "times",
+    "jobs",
+    "hash",
     // Reached only as `command -v x`, bare `exec` (redirects only) or bare `builtin`.
-    "command", "exec", "builtin",
+    "command",
+    "exec",
+    "builtin",
 ];
 
 /// Built-ins that run text as code or change how later words are looked up.
@@ -66,7 +102,10 @@ pub struct Context {
 
 impl Context {
     pub fn new(workspace: &Path, cwd: &Path) -> Context {
-        let cwd = cwd.strip_prefix(workspace).ok().map(|p| p.to_string_lossy().into_owned());
+        let cwd = cwd
+            .strip_prefix(workspace)
+            .ok()
+            .map(|p| p.to_string_lossy().into_owned());
         Context {
             workspace: workspace.to_path_buf(),
             cwd,
@@ -159,11 +198,21 @@ pub fn decide(policy: &Policy, input: Input<'_>, ctx: &Context) -> Result<Decisi
     // With no rule anywhere that a construct could hide from (every layer allows
     // every command), "not understood" has nothing to protect: the command is
     // allowed and the kernel confines it, as tether's profile-only policies expect.
-    let permissive = policy.layers.iter().all(|l| l.default == Verdict::Allow && l.deny.is_empty() && l.ask.is_empty());
+    let permissive = policy
+        .layers
+        .iter()
+        .all(|l| l.default == Verdict::Allow && l.deny.is_empty() && l.ask.is_empty());
     if permissive {
-        for j in g.out.iter_mut().filter(|j| j.verdict == Verdict::Ask && (j.source == "parser" || j.source == "assignment")) {
+        for j in g
+            .out
+            .iter_mut()
+            .filter(|j| j.verdict == Verdict::Ask && (j.source == "parser" || j.source == "assignment"))
+        {
             j.verdict = Verdict::Allow;
-            j.reason = format!("{}; allowed because no policy layer has rules it could hide from", j.reason);
+            j.reason = format!(
+                "{}; allowed because no policy layer has rules it could hide from",
+                j.reason
+            );
         }
     }
     let decision = g.out.iter().map(|j| j.verdict).max().unwrap_or(Verdict::Allow);
@@ -184,7 +233,11 @@ pub fn check_examples(policy: &Policy) -> Result<(), PolicyError> {
             workspace: PathBuf::from("/workspace"),
             cwd: Some(String::new()),
         };
-        for list in [RuleList::Deny, RuleList::RequireApprovalFor, RuleList::BashAllowPrefixes] {
+        for list in [
+            RuleList::Deny,
+            RuleList::RequireApprovalFor,
+            RuleList::BashAllowPrefixes,
+        ] {
             for rule in layer.rules(list) {
                 let text = rule.text();
                 for (example, want) in rule
@@ -193,13 +246,24 @@ pub fn check_examples(policy: &Policy) -> Result<(), PolicyError> {
                     .map(|e| (e, true))
                     .chain(rule.examples_not_match.iter().map(|e| (e, false)))
                 {
-                    let d = decide(&single, Input::Script(example), &ctx).map_err(|e| example_error(layer, list, example, &e.to_string(), "shorten the example"))?;
-                    let matched = d.commands.iter().any(|j| j.rule.as_deref() == Some(text.as_str()) && j.source == list.key());
+                    let d = decide(&single, Input::Script(example), &ctx)
+                        .map_err(|e| example_error(layer, list, example, &e.to_string(), "shorten the example"))?;
+                    let matched = d
+                        .commands
+                        .iter()
+                        .any(|j| j.rule.as_deref() == Some(text.as_str()) && j.source == list.key());
                     if matched != want {
                         let msg = if want {
-                            format!("rule `{text}` in {} should match its example `{example}` but does not ({})", list.key(), d.summary())
+                            format!(
+                                "rule `{text}` in {} should match its example `{example}` but does not ({})",
+                                list.key(),
+                                d.summary()
+                            )
                         } else {
-                            format!("rule `{text}` in {} matches `{example}`, listed under not_match", list.key())
+                            format!(
+                                "rule `{text}` in {} matches `{example}`, listed under not_match",
+                                list.key()
+                            )
                         };
                         return Err(example_error(layer, list, example, &msg, "correct the rule's prefix or the example; prefixes match whole argv tokens after wrappers such as env/timeout and git's global options are removed"));
                     }
@@ -242,11 +306,18 @@ enum Match {
 }
 
 fn words_text(words: &[Word]) -> String {
-    words.iter().map(|w| quote_for_display(w.display())).collect::<Vec<_>>().join(" ")
+    words
+        .iter()
+        .map(|w| quote_for_display(w.display()))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn quote_for_display(s: &str) -> String {
-    if !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%^".contains(c)) {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%^".contains(c))
+    {
         s.to_string()
     } else {
         format!("'{}'", s.replace('\'', "'\\''"))
@@ -285,14 +356,27 @@ impl Gate<'_> {
 
     fn simple(&mut self, s: Simple, queue: &mut VecDeque<Unit>) {
         let shown = if s.words.is_empty() {
-            s.assignments.iter().map(|(n, v)| format!("{n}={}", v.display())).collect::<Vec<_>>().join(" ")
+            s.assignments
+                .iter()
+                .map(|(n, v)| format!("{n}={}", v.display()))
+                .collect::<Vec<_>>()
+                .join(" ")
         } else {
             words_text(&s.words)
         };
         for (name, _) in &s.assignments {
             if is_dangerous_env(name) {
-                let how = if s.words.is_empty() { "assignment" } else { "assignment before the command" };
-                self.push(shown.clone(), Verdict::Ask, format!("{how} to {name} changes which program runs or what it loads"), "assignment");
+                let how = if s.words.is_empty() {
+                    "assignment"
+                } else {
+                    "assignment before the command"
+                };
+                self.push(
+                    shown.clone(),
+                    Verdict::Ask,
+                    format!("{how} to {name} changes which program runs or what it loads"),
+                    "assignment",
+                );
             }
         }
         let interpreter_reads_here = s.redirects.iter().any(|r| r.kind == RedirectKind::HereInput);
@@ -322,7 +406,15 @@ impl Gate<'_> {
             let first = match &words[0] {
                 Word::Lit(s) => s.clone(),
                 other => {
-                    self.push(shown, Verdict::Ask, format!("the program name `{}` is only known when the script runs", other.display()), "parser");
+                    self.push(
+                        shown,
+                        Verdict::Ask,
+                        format!(
+                            "the program name `{}` is only known when the script runs",
+                            other.display()
+                        ),
+                        "parser",
+                    );
                     return;
                 }
             };
@@ -347,22 +439,56 @@ impl Gate<'_> {
             }
             let names = normalize::assigned_names(&prog.name, &words);
             if let Some(n) = names.iter().find(|n| is_dangerous_env(n)) {
-                self.push(shown.clone(), Verdict::Ask, format!("`{}` assigns {n}, which changes what later commands run", prog.name), "assignment");
+                self.push(
+                    shown.clone(),
+                    Verdict::Ask,
+                    format!("`{}` assigns {n}, which changes what later commands run", prog.name),
+                    "assignment",
+                );
             }
-            if !names.is_empty() || matches!(prog.name.as_str(), "export" | "declare" | "typeset" | "local" | "readonly") {
+            if !names.is_empty()
+                || matches!(
+                    prog.name.as_str(),
+                    "export" | "declare" | "typeset" | "local" | "readonly"
+                )
+            {
                 if let Some(w) = words.iter().skip(1).find(|w| w.lit().is_none()) {
-                    self.push(shown.clone(), Verdict::Ask, format!("`{}` assigns through a word only known at run time (`{}`)", prog.name, w.display()), "assignment");
+                    self.push(
+                        shown.clone(),
+                        Verdict::Ask,
+                        format!(
+                            "`{}` assigns through a word only known at run time (`{}`)",
+                            prog.name,
+                            w.display()
+                        ),
+                        "assignment",
+                    );
                 }
                 if prog.name == "export" && words.iter().any(|w| w.lit() == Some("-f")) {
-                    self.push(shown.clone(), Verdict::Ask, "`export -f` exports a function into child shells".into(), "assignment");
+                    self.push(
+                        shown.clone(),
+                        Verdict::Ask,
+                        "`export -f` exports a function into child shells".into(),
+                        "assignment",
+                    );
                 }
             }
             if prog.name == "hash" && words.iter().any(|w| w.lit() == Some("-p")) {
-                self.push(shown, Verdict::Ask, "`hash -p` changes which file a command name runs".into(), "parser");
+                self.push(
+                    shown,
+                    Verdict::Ask,
+                    "`hash -p` changes which file a command name runs".into(),
+                    "parser",
+                );
                 return;
             }
             if here_input && normalize::is_interpreter(&prog.name) {
-                self.push(shown.clone(), Verdict::Ask, format!("a here-document or here-string feeds code to `{}`", prog.name), "parser");
+                self.push(
+                    shown.clone(),
+                    Verdict::Ask,
+                    format!("a here-document or here-string feeds code to `{}`", prog.name),
+                    "parser",
+                );
             }
             match normalize::unwrap(&prog.name, &words) {
                 Unwrapped::Final => {}
@@ -399,7 +525,16 @@ impl Gate<'_> {
                             parse::parse_nested(script, depth + 1, cwd, &mut units);
                             queue.extend(units);
                         }
-                        other => self.push(shown, Verdict::Ask, format!("`{} -c` runs a script only known at run time (`{}`)", prog.name, other.display()), "parser"),
+                        other => self.push(
+                            shown,
+                            Verdict::Ask,
+                            format!(
+                                "`{} -c` runs a script only known at run time (`{}`)",
+                                prog.name,
+                                other.display()
+                            ),
+                            "parser",
+                        ),
                     }
                     return;
                 }
@@ -411,7 +546,12 @@ impl Gate<'_> {
                         parse::parse_nested(&script, depth + 1, cwd, &mut units);
                         queue.extend(units);
                     } else {
-                        self.push(shown, Verdict::Ask, format!("`{}` runs words only known at run time", prog.name), "parser");
+                        self.push(
+                            shown,
+                            Verdict::Ask,
+                            format!("`{}` runs words only known at run time", prog.name),
+                            "parser",
+                        );
                     }
                     return;
                 }
@@ -434,7 +574,9 @@ impl Gate<'_> {
             if prog.name == "git" {
                 match normalize::git_subcommand(&words) {
                     Ok(i) => {
-                        argv = std::iter::once(Word::Lit("git".into())).chain(words[i..].iter().cloned()).collect();
+                        argv = std::iter::once(Word::Lit("git".into()))
+                            .chain(words[i..].iter().cloned())
+                            .collect();
                     }
                     Err(why) => {
                         self.rules_only(&prog, &words, &shown);
@@ -443,7 +585,11 @@ impl Gate<'_> {
                     }
                 }
             }
-            let prefix = if via.is_empty() { String::new() } else { format!("{} → ", via.join(" → ")) };
+            let prefix = if via.is_empty() {
+                String::new()
+            } else {
+                format!("{} → ", via.join(" → "))
+            };
             self.final_command(&prog, &argv, &format!("{prefix}{}", words_text(&argv)));
             return;
         }
@@ -473,7 +619,14 @@ impl Gate<'_> {
         }
     }
 
-    fn judge_in_layer(&mut self, layer: &Layer, prog: &Program, argv: &[Word], shown: &str, final_level: bool) -> Judged {
+    fn judge_in_layer(
+        &mut self,
+        layer: &Layer,
+        prog: &Program,
+        argv: &[Word],
+        shown: &str,
+        final_level: bool,
+    ) -> Judged {
         let judged = |verdict, reason: String, rule: Option<String>, source: &str| Judged {
             command: shown.to_string(),
             verdict,
@@ -491,8 +644,17 @@ impl Gate<'_> {
                             self.approvals = self.approvals.max(rule.approvals);
                             self.preview &= rule.preview;
                         }
-                        let what = if list == RuleList::Deny { "deny rule" } else { "approval required by rule" };
-                        return judged(list.verdict(), format!("{what} \"{}\" ({})", rule.text(), layer.source), Some(rule.text()), list.key());
+                        let what = if list == RuleList::Deny {
+                            "deny rule"
+                        } else {
+                            "approval required by rule"
+                        };
+                        return judged(
+                            list.verdict(),
+                            format!("{what} \"{}\" ({})", rule.text(), layer.source),
+                            Some(rule.text()),
+                            list.key(),
+                        );
                     }
                     Match::Maybe => maybe = maybe.or(Some(rule.text())),
                     Match::No => {}
@@ -501,7 +663,11 @@ impl Gate<'_> {
             if let Some(text) = maybe {
                 return judged(
                     Verdict::Ask,
-                    format!("a word only known at run time could make this match {} rule \"{text}\" ({})", list.key(), layer.source),
+                    format!(
+                        "a word only known at run time could make this match {} rule \"{text}\" ({})",
+                        list.key(),
+                        layer.source
+                    ),
                     Some(text),
                     list.key(),
                 );
@@ -512,16 +678,38 @@ impl Gate<'_> {
         }
         for rule in layer.rules(RuleList::BashAllowPrefixes) {
             if rule_match(&rule.tokens, prog, argv, false) == Match::Yes {
-                return judged(Verdict::Allow, format!("allowed by rule \"{}\" ({})", rule.text(), layer.source), Some(rule.text()), RuleList::BashAllowPrefixes.key());
+                return judged(
+                    Verdict::Allow,
+                    format!("allowed by rule \"{}\" ({})", rule.text(), layer.source),
+                    Some(rule.text()),
+                    RuleList::BashAllowPrefixes.key(),
+                );
             }
         }
         if self.functions.contains(&prog.name) {
-            return judged(Verdict::Allow, format!("calls `{}`, a function this script defines; its body is judged on its own", prog.name), None, "function");
+            return judged(
+                Verdict::Allow,
+                format!(
+                    "calls `{}`, a function this script defines; its body is judged on its own",
+                    prog.name
+                ),
+                None,
+                "function",
+            );
         }
         if HARMLESS_BUILTINS.contains(&prog.name.as_str()) {
-            return judged(Verdict::Allow, format!("`{}` is a harmless shell built-in", prog.name), None, "builtin");
+            return judged(
+                Verdict::Allow,
+                format!("`{}` is a harmless shell built-in", prog.name),
+                None,
+                "builtin",
+            );
         }
-        let why = if layer.default == Verdict::Allow && layer.allow.is_empty() && layer.ask.is_empty() && layer.deny.is_empty() {
+        let why = if layer.default == Verdict::Allow
+            && layer.allow.is_empty()
+            && layer.ask.is_empty()
+            && layer.deny.is_empty()
+        {
             format!("no rule lists: every command is allowed, confined ({})", layer.source)
         } else {
             format!("no rule matches; the default is {} ({})", layer.default, layer.source)
@@ -540,9 +728,18 @@ impl Gate<'_> {
     fn judge_write(&self, target: &Word, cwd: &Cwd) -> Option<(Verdict, String)> {
         let t = match target {
             Word::Lit(t) => t,
-            other => return Some((Verdict::Ask, format!("a redirect writes to `{}`, only known at run time", other.display()))),
+            other => {
+                return Some((
+                    Verdict::Ask,
+                    format!("a redirect writes to `{}`, only known at run time", other.display()),
+                ))
+            }
         };
-        if matches!(t.as_str(), "/dev/null" | "/dev/stdout" | "/dev/stderr" | "/dev/tty" | "/dev/zero" | "/dev/full") || t.starts_with("/dev/fd/") {
+        if matches!(
+            t.as_str(),
+            "/dev/null" | "/dev/stdout" | "/dev/stderr" | "/dev/tty" | "/dev/zero" | "/dev/full"
+        ) || t.starts_with("/dev/fd/")
+        {
             return None;
         }
         let abs = if t.starts_with('/') {
@@ -550,31 +747,51 @@ impl Gate<'_> {
         } else {
             let base = match (cwd, &self.ctx.cwd) {
                 (Cwd::Known(rel), Some(start)) => self.ctx.workspace.join(start).join(rel),
-                _ => return Some((Verdict::Ask, format!("a redirect writes to `{t}` relative to a directory the gate cannot follow"))),
+                _ => {
+                    return Some((
+                        Verdict::Ask,
+                        format!("a redirect writes to `{t}` relative to a directory the gate cannot follow"),
+                    ))
+                }
             };
             lexical(&base.join(t))
         };
         let Some(abs) = abs else {
-            return Some((Verdict::Deny, format!("a redirect writes to `{t}`, which climbs above /")));
+            return Some((
+                Verdict::Deny,
+                format!("a redirect writes to `{t}`, which climbs above /"),
+            ));
         };
         let ws = &self.ctx.workspace;
         if let Ok(rel) = abs.strip_prefix(ws) {
             let rel = rel.to_string_lossy();
             if let Some(p) = self.globs.protected_by(&rel) {
-                return Some((Verdict::Deny, format!("a redirect writes to protected path `{rel}` ({p})")));
+                return Some((
+                    Verdict::Deny,
+                    format!("a redirect writes to protected path `{rel}` ({p})"),
+                ));
             }
             if self.policy.profile() == Profile::ReadOnly {
-                return Some((Verdict::Deny, format!("a redirect writes to `{rel}`, but the profile is read-only")));
+                return Some((
+                    Verdict::Deny,
+                    format!("a redirect writes to `{rel}`, but the profile is read-only"),
+                ));
             }
             if !rel.is_empty() && !self.globs.writable(&rel) {
-                return Some((Verdict::Deny, format!("a redirect writes to `{rel}`, outside writable_globs")));
+                return Some((
+                    Verdict::Deny,
+                    format!("a redirect writes to `{rel}`, outside writable_globs"),
+                ));
             }
             return None;
         }
         if abs.starts_with("/tmp") && abs != Path::new("/tmp") {
             return None; // the sandbox's private /tmp
         }
-        Some((Verdict::Deny, format!("a redirect writes to `{}`, outside the workspace", abs.display())))
+        Some((
+            Verdict::Deny,
+            format!("a redirect writes to `{}`, outside the workspace", abs.display()),
+        ))
     }
 }
 

@@ -10,7 +10,14 @@
 use super::parse::Word;
 
 /// Directories whose programs are the system's own: `/usr/bin/git` is `git`.
-const SYSTEM_BIN_DIRS: &[&str] = &["/usr/bin", "/bin", "/usr/sbin", "/sbin", "/usr/local/bin", "/usr/local/sbin"];
+const SYSTEM_BIN_DIRS: &[&str] = &[
+    "/usr/bin",
+    "/bin",
+    "/usr/sbin",
+    "/sbin",
+    "/usr/local/bin",
+    "/usr/local/sbin",
+];
 
 /// Shells that take `-c SCRIPT`.
 pub const SHELLS: &[&str] = &["bash", "sh", "dash", "zsh", "ksh", "mksh", "ash", "yash", "rbash"];
@@ -18,7 +25,27 @@ pub const SHELLS: &[&str] = &["bash", "sh", "dash", "zsh", "ksh", "mksh", "ash",
 /// Programs that execute code they read from standard input.
 pub fn is_interpreter(prog: &str) -> bool {
     SHELLS.contains(&prog)
-        || matches!(prog, "python" | "python2" | "python3" | "perl" | "ruby" | "node" | "nodejs" | "php" | "lua" | "tclsh" | "fish" | "pwsh" | "busybox" | "deno" | "bun" | "irb" | "R" | "Rscript")
+        || matches!(
+            prog,
+            "python"
+                | "python2"
+                | "python3"
+                | "perl"
+                | "ruby"
+                | "node"
+                | "nodejs"
+                | "php"
+                | "lua"
+                | "tclsh"
+                | "fish"
+                | "pwsh"
+                | "busybox"
+                | "deno"
+                | "bun"
+                | "irb"
+                | "R"
+                | "Rscript"
+        )
         || (prog.starts_with("python3.") && prog[8..].chars().all(|c| c.is_ascii_digit()))
 }
 
@@ -81,7 +108,9 @@ fn skip_options(words: &[Word], start: usize, flags: &[&str], valued: &[&str], w
     let mut i = start;
     while i < words.len() {
         let Some(w) = lit(words, i) else {
-            return Err(format!("`{who}` has a non-literal option; the gate cannot tell what it runs"));
+            return Err(format!(
+                "`{who}` has a non-literal option; the gate cannot tell what it runs"
+            ));
         };
         if w == "--" {
             return Ok(i + 1);
@@ -113,7 +142,9 @@ fn skip_options(words: &[Word], start: usize, flags: &[&str], valued: &[&str], w
             i += 1;
             continue;
         }
-        return Err(format!("`{who}` option `{w}` is not one the gate knows; it cannot tell what runs"));
+        return Err(format!(
+            "`{who}` option `{w}` is not one the gate knows; it cannot tell what runs"
+        ));
     }
     Ok(i)
 }
@@ -140,12 +171,21 @@ pub fn unwrap(prog: &str, words: &[Word]) -> Unwrapped {
                         i += 1;
                         break;
                     }
-                    "-S" | "--split-string" => return Unwrapped::Ask("`env -S` splits a string into a command line".into()),
-                    _ if w.starts_with("--unset=") || w.starts_with("--chdir=") || (w.starts_with("-u") && w.len() > 2) => i += 1,
+                    "-S" | "--split-string" => {
+                        return Unwrapped::Ask("`env -S` splits a string into a command line".into())
+                    }
+                    _ if w.starts_with("--unset=")
+                        || w.starts_with("--chdir=")
+                        || (w.starts_with("-u") && w.len() > 2) =>
+                    {
+                        i += 1
+                    }
                     _ if w.starts_with("-S") || w.starts_with("--split-string=") => {
                         return Unwrapped::Ask("`env -S` splits a string into a command line".into())
                     }
-                    _ if w.starts_with('-') => return Unwrapped::Ask(format!("`env` option `{w}` is not one the gate knows")),
+                    _ if w.starts_with('-') => {
+                        return Unwrapped::Ask(format!("`env` option `{w}` is not one the gate knows"))
+                    }
                     _ => {
                         if let Some((name, _)) = w.split_once('=') {
                             if crate::policy::is_dangerous_env(name) && ask.is_none() {
@@ -186,31 +226,65 @@ pub fn unwrap(prog: &str, words: &[Word]) -> Unwrapped {
             inner_or_final(skip_options(words, start, &[], &["-n", "--adjustment"], "nice"))
         }
         "nohup" | "builtin" => inner_or_final(skip_options(words, 1, &[], &[], prog)),
-        "setsid" => inner_or_final(skip_options(words, 1, &["-c", "--ctty", "-f", "--fork", "-w", "--wait"], &[], "setsid")),
-        "stdbuf" => inner_or_final(skip_options(words, 1, &[], &["-i", "-o", "-e", "--input", "--output", "--error"], "stdbuf")),
+        "setsid" => inner_or_final(skip_options(
+            words,
+            1,
+            &["-c", "--ctty", "-f", "--fork", "-w", "--wait"],
+            &[],
+            "setsid",
+        )),
+        "stdbuf" => inner_or_final(skip_options(
+            words,
+            1,
+            &[],
+            &["-i", "-o", "-e", "--input", "--output", "--error"],
+            "stdbuf",
+        )),
         "ionice" => {
             if words.iter().any(|w| matches!(w.lit(), Some("-p" | "-P" | "-u"))) {
                 return Unwrapped::Final;
             }
-            inner_or_final(skip_options(words, 1, &["-t", "--ignore"], &["-c", "--class", "-n", "--classdata"], "ionice"))
+            inner_or_final(skip_options(
+                words,
+                1,
+                &["-t", "--ignore"],
+                &["-c", "--class", "-n", "--classdata"],
+                "ionice",
+            ))
         }
         "time" => {
             let r = skip_options(
                 words,
                 1,
-                &["-p", "--portability", "-v", "--verbose", "-a", "--append", "-q", "--quiet"],
+                &[
+                    "-p",
+                    "--portability",
+                    "-v",
+                    "--verbose",
+                    "-a",
+                    "--append",
+                    "-q",
+                    "--quiet",
+                ],
                 &["-f", "--format", "-o", "--output"],
                 "time",
             );
             let out = words.iter().position(|w| matches!(w.lit(), Some("-o" | "--output")));
             match (r, out) {
                 (Ok(i), Some(o)) if i < words.len() && o + 1 < i => Unwrapped::InnerWithWrite { inner: i, file: o + 1 },
-                (Ok(_), Some(_)) | (Err(_), Some(_)) => Unwrapped::Ask("`time -o`/`--output=` writes a file the gate cannot place".into()),
+                (Ok(_), Some(_)) | (Err(_), Some(_)) => {
+                    Unwrapped::Ask("`time -o`/`--output=` writes a file the gate cannot place".into())
+                }
                 (r, None) => inner_or_final(r),
             }
         }
         "command" => {
-            if words.iter().skip(1).take_while(|w| w.lit().is_some_and(|s| s.starts_with('-'))).any(|w| matches!(w.lit(), Some("-v" | "-V"))) {
+            if words
+                .iter()
+                .skip(1)
+                .take_while(|w| w.lit().is_some_and(|s| s.starts_with('-')))
+                .any(|w| matches!(w.lit(), Some("-v" | "-V")))
+            {
                 return Unwrapped::Final; // `command -v x` only looks x up
             }
             inner_or_final(skip_options(words, 1, &["-p"], &[], "command"))
@@ -219,29 +293,128 @@ pub fn unwrap(prog: &str, words: &[Word]) -> Unwrapped {
         "xargs" => inner_or_final(skip_options(
             words,
             1,
-            &["-0", "--null", "-r", "--no-run-if-empty", "-t", "--verbose", "-p", "--interactive", "-x", "--exit", "--show-limits", "-o", "--open-tty"],
-            &["-a", "--arg-file", "-d", "--delimiter", "-E", "-I", "-L", "-n", "--max-args", "-P", "--max-procs", "-s", "--max-chars", "--process-slot-var", "--max-lines", "--replace", "--eof"],
+            &[
+                "-0",
+                "--null",
+                "-r",
+                "--no-run-if-empty",
+                "-t",
+                "--verbose",
+                "-p",
+                "--interactive",
+                "-x",
+                "--exit",
+                "--show-limits",
+                "-o",
+                "--open-tty",
+            ],
+            &[
+                "-a",
+                "--arg-file",
+                "-d",
+                "--delimiter",
+                "-E",
+                "-I",
+                "-L",
+                "-n",
+                "--max-args",
+                "-P",
+                "--max-procs",
+                "-s",
+                "--max-chars",
+                "--process-slot-var",
+                "--max-lines",
+                "--replace",
+                "--eof",
+            ],
             "xargs",
         )),
         "sudo" | "doas" => {
-            let shell_flag = words.iter().skip(1).take_while(|w| w.lit().is_some_and(|s| s.starts_with('-'))).any(|w| {
-                matches!(w.lit(), Some("-s" | "-i" | "--shell" | "--login")) || w.lit().is_some_and(|s| !s.starts_with("--") && s.len() > 2 && (s.contains('s') || s.contains('i')) && s[1..].chars().all(|c| c.is_ascii_alphabetic()))
-            });
+            let shell_flag = words
+                .iter()
+                .skip(1)
+                .take_while(|w| w.lit().is_some_and(|s| s.starts_with('-')))
+                .any(|w| {
+                    matches!(w.lit(), Some("-s" | "-i" | "--shell" | "--login"))
+                        || w.lit().is_some_and(|s| {
+                            !s.starts_with("--")
+                                && s.len() > 2
+                                && (s.contains('s') || s.contains('i'))
+                                && s[1..].chars().all(|c| c.is_ascii_alphabetic())
+                        })
+                });
             if shell_flag {
                 return Unwrapped::Ask(format!("`{prog}` starts a shell"));
             }
             inner_or_final(skip_options(
                 words,
                 1,
-                &["-E", "-H", "-n", "-S", "-b", "-k", "-K", "-P", "-A", "-B", "--preserve-env", "--non-interactive", "--stdin", "--background", "--reset-timestamp"],
-                &["-u", "-g", "-h", "-p", "-C", "-r", "-t", "-U", "-D", "-T", "--user", "--group", "--host", "--prompt", "--close-from", "--role", "--type", "--other-user", "--chdir", "--command-timeout"],
+                &[
+                    "-E",
+                    "-H",
+                    "-n",
+                    "-S",
+                    "-b",
+                    "-k",
+                    "-K",
+                    "-P",
+                    "-A",
+                    "-B",
+                    "--preserve-env",
+                    "--non-interactive",
+                    "--stdin",
+                    "--background",
+                    "--reset-timestamp",
+                ],
+                &[
+                    "-u",
+                    "-g",
+                    "-h",
+                    "-p",
+                    "-C",
+                    "-r",
+                    "-t",
+                    "-U",
+                    "-D",
+                    "-T",
+                    "--user",
+                    "--group",
+                    "--host",
+                    "--prompt",
+                    "--close-from",
+                    "--role",
+                    "--type",
+                    "--other-user",
+                    "--chdir",
+                    "--command-timeout",
+                ],
                 prog,
             ))
         }
         "watch" => match skip_options(
             words,
             1,
-            &["-b", "--beep", "-c", "--color", "-C", "--no-color", "-d", "-e", "--errexit", "-g", "--chgexit", "-t", "--no-title", "-w", "--no-wrap", "-p", "--precise", "-r", "--no-rerun"],
+            &[
+                "-b",
+                "--beep",
+                "-c",
+                "--color",
+                "-C",
+                "--no-color",
+                "-d",
+                "-e",
+                "--errexit",
+                "-g",
+                "--chgexit",
+                "-t",
+                "--no-title",
+                "-w",
+                "--no-wrap",
+                "-p",
+                "--precise",
+                "-r",
+                "--no-rerun",
+            ],
             &["-n", "--interval", "-q", "--equexit"],
             "watch",
         ) {
@@ -277,7 +450,8 @@ fn shell(prog: &str, words: &[Word]) -> Unwrapped {
         }
         if let Some(long) = w.strip_prefix("--") {
             match long {
-                "norc" | "noprofile" | "login" | "posix" | "verbose" | "noediting" | "debugger" | "dump-strings" | "pretty-print" => i += 1,
+                "norc" | "noprofile" | "login" | "posix" | "verbose" | "noediting" | "debugger" | "dump-strings"
+                | "pretty-print" => i += 1,
                 "rcfile" | "init-file" => i += 2,
                 "restricted" => i += 1,
                 _ => return Unwrapped::Ask(format!("`{prog}` option `{w}` is not one the gate knows")),
@@ -322,17 +496,30 @@ pub fn git_subcommand(words: &[Word]) -> Result<usize, String> {
         };
         match w {
             "-C" => i += 2,
-            "--no-pager" | "-P" | "--bare" | "--no-replace-objects" | "--literal-pathspecs" | "--glob-pathspecs"
-            | "--noglob-pathspecs" | "--icase-pathspecs" | "--no-optional-locks" | "--no-advice" | "--no-lazy-fetch" => i += 1,
+            "--no-pager"
+            | "-P"
+            | "--bare"
+            | "--no-replace-objects"
+            | "--literal-pathspecs"
+            | "--glob-pathspecs"
+            | "--noglob-pathspecs"
+            | "--icase-pathspecs"
+            | "--no-optional-locks"
+            | "--no-advice"
+            | "--no-lazy-fetch" => i += 1,
             "--namespace" => i += 2,
             _ if w.starts_with("--namespace=") => i += 1,
             "--version" | "--help" | "-h" | "-v" => return Ok(i),
             _ if w == "-c" || w.starts_with("-c") && w.len() > 2 || w.starts_with("--config-env") => {
-                return Err(format!("`git {w}` sets configuration that can run other programs (core.pager, core.fsmonitor, alias.*)"))
+                return Err(format!(
+                    "`git {w}` sets configuration that can run other programs (core.pager, core.fsmonitor, alias.*)"
+                ))
             }
             _ if w.starts_with("--exec-path") => return Err(format!("`git {w}` changes which programs git runs")),
             _ if w.starts_with("--git-dir") || w.starts_with("--work-tree") => {
-                return Err(format!("`git {w}` points git at another repository, whose configuration can run programs"))
+                return Err(format!(
+                    "`git {w}` points git at another repository, whose configuration can run programs"
+                ))
             }
             "-p" | "--paginate" => return Err("`git -p` runs a pager".into()),
             _ if w.starts_with('-') => return Err(format!("`git` option `{w}` is not one the gate knows")),
@@ -367,7 +554,9 @@ pub fn assigned_names(prog: &str, words: &[Word]) -> Vec<String> {
     let args = || words.iter().skip(1).filter_map(Word::lit);
     let name_of = |s: &str| s.split(['=', '+', '[']).next().unwrap_or("").to_string();
     match prog {
-        "export" | "declare" | "typeset" | "local" | "readonly" => args().filter(|s| !s.starts_with('-')).map(name_of).collect(),
+        "export" | "declare" | "typeset" | "local" | "readonly" => {
+            args().filter(|s| !s.starts_with('-')).map(name_of).collect()
+        }
         "read" | "mapfile" | "readarray" => args().filter(|s| !s.starts_with('-')).map(name_of).collect(),
         "printf" => {
             let mut out = vec![];

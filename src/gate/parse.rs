@@ -96,12 +96,18 @@ pub struct Simple {
 pub enum Unit {
     Command(Simple),
     /// Something the gate cannot see through; always at least `ask`.
-    Opaque { what: String, text: String },
+    Opaque {
+        what: String,
+        text: String,
+    },
     /// A function defined by the script; calls to it run its (separately judged) body.
     Function(String),
     /// A shell variable assigned in a way that changes what later commands run
     /// (`for PATH in ...`, `read PATH`): at least `ask`.
-    DangerousAssignment { name: String, how: String },
+    DangerousAssignment {
+        name: String,
+        how: String,
+    },
 }
 
 /// Error for input the gate refuses to analyse at all.
@@ -339,31 +345,47 @@ impl Walker {
                     let target_word = match target {
                         ast::IoFileRedirectTarget::Filename(w) => self.word(&w.value, depth, &mut cwd),
                         ast::IoFileRedirectTarget::Fd(_) => {
-                            out.push(Redirect { kind: RedirectKind::Dup, target: Word::Lit("&".into()) });
+                            out.push(Redirect {
+                                kind: RedirectKind::Dup,
+                                target: Word::Lit("&".into()),
+                            });
                             continue;
                         }
                         ast::IoFileRedirectTarget::Duplicate(w) => {
                             let t = self.word(&w.value, depth, &mut cwd);
                             // `>&-` closes, `>&2` duplicates; `>&file` (bash) writes a file.
-                            let is_fd = t.lit().is_some_and(|s| s == "-" || s.trim_end_matches('-').chars().all(|c| c.is_ascii_digit()));
+                            let is_fd = t.lit().is_some_and(|s| {
+                                s == "-" || s.trim_end_matches('-').chars().all(|c| c.is_ascii_digit())
+                            });
                             if is_fd {
-                                out.push(Redirect { kind: RedirectKind::Dup, target: t });
+                                out.push(Redirect {
+                                    kind: RedirectKind::Dup,
+                                    target: t,
+                                });
                             } else {
-                                out.push(Redirect { kind: RedirectKind::Write, target: t });
+                                out.push(Redirect {
+                                    kind: RedirectKind::Write,
+                                    target: t,
+                                });
                             }
                             continue;
                         }
                         ast::IoFileRedirectTarget::ProcessSubstitution(_, sub) => {
                             let mut own = cwd.clone();
                             self.compound_list(&sub.list, depth + 1, &mut own);
-                            out.push(Redirect { kind: RedirectKind::Read, target: Word::Dynamic("<(...)".into()) });
+                            out.push(Redirect {
+                                kind: RedirectKind::Read,
+                                target: Word::Dynamic("<(...)".into()),
+                            });
                             continue;
                         }
                     };
                     let kind = match kind {
                         ast::IoFileRedirectKind::Read => RedirectKind::Read,
                         ast::IoFileRedirectKind::DuplicateInput | ast::IoFileRedirectKind::DuplicateOutput => {
-                            let is_fd = target_word.lit().is_some_and(|s| s == "-" || s.trim_end_matches('-').chars().all(|c| c.is_ascii_digit()));
+                            let is_fd = target_word.lit().is_some_and(|s| {
+                                s == "-" || s.trim_end_matches('-').chars().all(|c| c.is_ascii_digit())
+                            });
                             match (is_fd, kind) {
                                 (true, _) => RedirectKind::Dup,
                                 (false, ast::IoFileRedirectKind::DuplicateInput) => RedirectKind::Read,
@@ -372,7 +394,10 @@ impl Walker {
                         }
                         _ => RedirectKind::Write,
                     };
-                    out.push(Redirect { kind, target: target_word });
+                    out.push(Redirect {
+                        kind,
+                        target: target_word,
+                    });
                 }
                 ast::IoRedirect::HereDocument(_fd, doc) => {
                     if doc.requires_expansion {
@@ -386,15 +411,24 @@ impl Walker {
                             Err(_) => self.opaque("a here-document body the gate cannot parse", &doc.doc.value),
                         }
                     }
-                    out.push(Redirect { kind: RedirectKind::HereInput, target: Word::Lit(String::new()) });
+                    out.push(Redirect {
+                        kind: RedirectKind::HereInput,
+                        target: Word::Lit(String::new()),
+                    });
                 }
                 ast::IoRedirect::HereString(_fd, w) => {
                     let t = self.word(&w.value, depth, &mut cwd);
-                    out.push(Redirect { kind: RedirectKind::HereInput, target: t });
+                    out.push(Redirect {
+                        kind: RedirectKind::HereInput,
+                        target: t,
+                    });
                 }
                 ast::IoRedirect::OutputAndError(w, _append) => {
                     let t = self.word(&w.value, depth, &mut cwd);
-                    out.push(Redirect { kind: RedirectKind::Write, target: t });
+                    out.push(Redirect {
+                        kind: RedirectKind::Write,
+                        target: t,
+                    });
                 }
             }
         }
@@ -624,7 +658,8 @@ fn has_expansion_syntax(s: &str) -> bool {
     let glob_class = s.find('[').is_some_and(|i| s[i + 1..].contains(']'));
     let brace = s.find('{').is_some_and(|i| {
         let rest = &s[i + 1..];
-        rest.find('}').is_some_and(|j| rest[..j].contains(',') || rest[..j].contains(".."))
+        rest.find('}')
+            .is_some_and(|j| rest[..j].contains(',') || rest[..j].contains(".."))
     });
     s.contains(['*', '?']) || glob_class || brace || s.contains("@(") || s.contains("!(") || s.contains("+(")
 }

@@ -78,7 +78,9 @@ impl<'de> Deserialize<'de> for RuleSpec {
         impl<'de> Visitor<'de> for V {
             type Value = RuleSpec;
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a command prefix string, or a table { prefix = \"...\", match = [...], not_match = [...] }")
+                f.write_str(
+                    "a command prefix string, or a table { prefix = \"...\", match = [...], not_match = [...] }",
+                )
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<RuleSpec, E> {
                 Ok(RuleSpec {
@@ -143,7 +145,8 @@ fn invalid(text: &str, file: &str, at: (usize, usize), message: String, fix: &st
     }
 }
 
-const UNKNOWN_KEY_FIX: &str = "remove the key or correct its spelling (README.md, section Policy reference, lists every key)";
+const UNKNOWN_KEY_FIX: &str =
+    "remove the key or correct its spelling (README.md, section Policy reference, lists every key)";
 
 /// Parse the text into a document; syntax and schema errors carry line and column.
 pub fn parse(text: &str, file: &str, format: Format) -> Result<PolicyDoc, PolicyError> {
@@ -174,7 +177,9 @@ pub fn parse(text: &str, file: &str, format: Format) -> Result<PolicyDoc, Policy
 }
 
 /// Characters that make a rule a script rather than a command prefix.
-const SHELL_META: &[char] = &[';', '|', '&', '$', '`', '(', ')', '<', '>', '"', '\'', '\\', '\n', '*', '?', '['];
+const SHELL_META: &[char] = &[
+    ';', '|', '&', '$', '`', '(', ')', '<', '>', '"', '\'', '\\', '\n', '*', '?', '[',
+];
 
 fn rule_from_spec(spec: &RuleSpec, list: RuleList, text: &str, file: &str) -> Result<Rule, PolicyError> {
     let at = || locate(text, list.key(), &spec.prefix);
@@ -202,7 +207,11 @@ fn rule_from_spec(spec: &RuleSpec, list: RuleList, text: &str, file: &str) -> Re
             text,
             file,
             at(),
-            format!("`{}` in {} starts with an option, not a program", spec.prefix, list.key()),
+            format!(
+                "`{}` in {} starts with an option, not a program",
+                spec.prefix,
+                list.key()
+            ),
             "start the rule with the program name, e.g. \"rm -rf\"",
         ));
     }
@@ -220,7 +229,11 @@ fn rule_from_spec(spec: &RuleSpec, list: RuleList, text: &str, file: &str) -> Re
             text,
             file,
             at(),
-            format!("`approvals` on `{}` in {} has no effect: only require_approval_for rules are approved", spec.prefix, list.key()),
+            format!(
+                "`approvals` on `{}` in {} has no effect: only require_approval_for rules are approved",
+                spec.prefix,
+                list.key()
+            ),
             "move the rule to require_approval_for, or drop `approvals`",
         ));
     }
@@ -277,7 +290,10 @@ pub fn validate(doc: PolicyDoc, text: &str, file: &str) -> Result<Layer, PolicyE
                 text,
                 file,
                 locate(text, "landlock_min_abi", &abi.to_string()),
-                format!("landlock_min_abi = {abi} is not a Landlock ABI this tether-exec knows (1 to {})", landlock_max_known_abi()),
+                format!(
+                    "landlock_min_abi = {abi} is not a Landlock ABI this tether-exec knows (1 to {})",
+                    landlock_max_known_abi()
+                ),
                 "use a value from 1 to the highest ABI you need",
             ));
         }
@@ -305,7 +321,12 @@ pub fn validate(doc: PolicyDoc, text: &str, file: &str) -> Result<Layer, PolicyE
                         text,
                         file,
                         locate(text, lists[j].0.key(), &a.text()),
-                        format!("`{}` is in both {} and {}", a.text(), lists[i].0.key(), lists[j].0.key()),
+                        format!(
+                            "`{}` is in both {} and {}",
+                            a.text(),
+                            lists[i].0.key(),
+                            lists[j].0.key()
+                        ),
                         "keep the prefix in one list only (deny > require_approval_for > bash_allow_prefixes)",
                     ));
                 }
@@ -354,7 +375,9 @@ pub fn validate(doc: PolicyDoc, text: &str, file: &str) -> Result<Layer, PolicyE
     }
 
     let any_list = doc.bash_allow_prefixes.is_some() || doc.require_approval_for.is_some() || doc.deny.is_some();
-    let default = doc.default.unwrap_or(if any_list { Verdict::Ask } else { Verdict::Allow });
+    let default = doc
+        .default
+        .unwrap_or(if any_list { Verdict::Ask } else { Verdict::Allow });
     let mut lists = lists.into_iter().map(|(_, r)| r);
     Ok(Layer {
         source: file.to_string(),
@@ -388,9 +411,28 @@ pub fn landlock_max_known_abi() -> u8 {
 /// Environment names that change which program runs or what it loads.
 pub fn is_dangerous_env(name: &str) -> bool {
     const EXACT: &[&str] = &[
-        "PATH", "BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "IFS", "PS4", "PROMPT_COMMAND", "CDPATH",
-        "PYTHONSTARTUP", "PYTHONHOME", "PERL5OPT", "PERL5LIB", "RUBYOPT", "NODE_OPTIONS",
-        "PAGER", "EDITOR", "VISUAL", "HOME", "XDG_CONFIG_HOME", "SSH_ASKPASS", "PROMPT_DIRTRIM",
+        "PATH",
+        "BASH_ENV",
+        "ENV",
+        "SHELLOPTS",
+        "BASHOPTS",
+        "IFS",
+        "PS4",
+        "PROMPT_COMMAND",
+        "CDPATH",
+        "PYTHONSTARTUP",
+        "PYTHONHOME",
+        "PERL5OPT",
+        "PERL5LIB",
+        "RUBYOPT",
+        "NODE_OPTIONS",
+        "PAGER",
+        "EDITOR",
+        "VISUAL",
+        "HOME",
+        "XDG_CONFIG_HOME",
+        "SSH_ASKPASS",
+        "PROMPT_DIRTRIM",
     ];
     EXACT.contains(&name)
         || name.starts_with("LD_")

@@ -9,13 +9,7 @@ use globset::{Glob, GlobBuilder, GlobSet, GlobSetBuilder};
 
 /// Paths inside the workspace that are protected whatever the globs say.
 /// `.env*` is handled in code because templates (`.env.example`) are exempt.
-pub const PROTECTED_GLOBS: &[&str] = &[
-    ".git/config",
-    ".git/hooks",
-    ".git/hooks/**",
-    ".tether",
-    ".tether/**",
-];
+pub const PROTECTED_GLOBS: &[&str] = &[".git/config", ".git/hooks", ".git/hooks/**", ".tether", ".tether/**"];
 
 /// Suffixes that make a `.env*` file a committed template, not a secret.
 const ENV_TEMPLATE_SUFFIXES: &[&str] = &[".example", ".sample", ".template", ".dist"];
@@ -34,7 +28,10 @@ pub fn is_secret_name(name: &str) -> bool {
 }
 
 fn build(g: &str) -> Result<Glob, globset::Error> {
-    GlobBuilder::new(g).literal_separator(true).backslash_escape(true).build()
+    GlobBuilder::new(g)
+        .literal_separator(true)
+        .backslash_escape(true)
+        .build()
 }
 
 /// Validate one glob as written in a policy.
@@ -136,7 +133,13 @@ mod tests {
     #[test]
     fn protected_paths() {
         let g = globs("");
-        for p in [".git/config", ".git/hooks/pre-commit", ".tether/x", ".env", "a/.env.local"] {
+        for p in [
+            ".git/config",
+            ".git/hooks/pre-commit",
+            ".tether/x",
+            ".env",
+            "a/.env.local",
+        ] {
             assert!(g.protected_by(p).is_some(), "{p}");
         }
         for p in [".env.example", "src/env.rs", ".git/objects/ab", ".gitignore"] {

@@ -309,7 +309,11 @@ impl Policy {
     }
 
     pub fn on_violation(&self) -> OnViolation {
-        self.layers.iter().map(|l| l.on_violation).min().unwrap_or(OnViolation::Rollback)
+        self.layers
+            .iter()
+            .map(|l| l.on_violation)
+            .min()
+            .unwrap_or(OnViolation::Rollback)
     }
 
     pub fn approval_ttl_seconds(&self) -> u64 {
@@ -325,7 +329,9 @@ impl Policy {
     }
 
     pub fn limits(&self) -> Limits {
-        self.layers.iter().fold(Limits::default(), |acc, l| acc.narrow(&l.limits))
+        self.layers
+            .iter()
+            .fold(Limits::default(), |acc, l| acc.narrow(&l.limits))
     }
 
     /// Names passed through to the sandbox: only those every layer passes.
@@ -366,11 +372,7 @@ impl Policy {
             profile: self.profile(),
             network: self.network(),
             timeout_ms: self.timeout_ms(),
-            writable_globs: self
-                .layers
-                .iter()
-                .filter_map(|l| l.writable_globs.as_deref())
-                .collect(),
+            writable_globs: self.layers.iter().filter_map(|l| l.writable_globs.as_deref()).collect(),
             protected: self.protected_globs(),
             read_only_paths: self.read_only_paths(),
             env_passthrough: self.env_passthrough(),
@@ -488,10 +490,7 @@ mod tests {
         let a = Policy::embedded_default();
         let b = Policy::embedded_default();
         assert_eq!(a.digest(), b.digest());
-        let c = Policy::new(
-            vec![Layer::parse("network = true", "x", Format::Toml).unwrap()],
-            vec![],
-        );
+        let c = Policy::new(vec![Layer::parse("network = true", "x", Format::Toml).unwrap()], vec![]);
         assert_ne!(a.digest(), c.digest());
     }
 }

@@ -143,7 +143,8 @@ pub fn run(plan: &Plan, stdin: Option<&[u8]>) -> Result<Outcome, ApplyError> {
     let (sync_r, sync_w) = pipe()?;
     let (err_r, err_w) = pipe()?;
 
-    let mut flags = (libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS) as u64;
+    let mut flags =
+        (libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS) as u64;
     if !plan.host_network {
         flags |= libc::CLONE_NEWNET as u64;
     }
@@ -160,7 +161,13 @@ pub fn run(plan: &Plan, stdin: Option<&[u8]>) -> Result<Outcome, ApplyError> {
     // (fork semantics). The process is single-threaded here (see module doc),
     // so the child may continue running Rust code; it never returns from
     // `init` (it exits).
-    let pid = unsafe { libc::syscall(libc::SYS_clone3, &mut args as *mut CloneArgs, std::mem::size_of::<CloneArgs>()) };
+    let pid = unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            &mut args as *mut CloneArgs,
+            std::mem::size_of::<CloneArgs>(),
+        )
+    };
     if pid < 0 {
         let e = std::io::Error::last_os_error();
         let hint = if e.raw_os_error() == Some(libc::EPERM) || e.raw_os_error() == Some(libc::ENOSPC) {
@@ -182,6 +189,20 @@ pub fn run(plan: &Plan, stdin: Option<&[u8]>) -> Result<Outcome, ApplyError> {
     drop(err_w);
     drop(stdin_fd);
 
+    // As root the sandbox's processes belong to host uid 0, which the kernel
+    // exempts from RLIMIT_NPROC: a pids cgroup bounds them instead.
+    let cgroup = if plan.outer_uid == 0 {
+        match PidsCgroup::create(plan.pids_max).and_then(|c| c.add(pid).map(|_| c)) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                kill(pid);
+                wait_pid(pid);
+                return Err(e);
+            }
+        }
+    } else {
+        None
+    };
     if let Err(e) = write_id_maps(pid, plan) {
         kill(pid);
         wait_pid(pid);
@@ -194,13 +215,18 @@ pub fn run(plan: &Plan, stdin: Option<&[u8]>) -> Result<Outcome, ApplyError> {
 
     let (status, timed_out) = supervise(pid, &pidfd, plan.timeout_ms.map(Duration::from_millis));
     let duration = started.elapsed();
+    drop(cgroup);
     let mut msg = String::new();
     let _ = std::fs::File::from(err_r).read_to_string(&mut msg);
     if !msg.is_empty() {
         let (step, reason) = msg.split_once('\t').unwrap_or(("setup", msg.as_str()));
         if let Some(code) = step.strip_prefix("exec:") {
             let code = code.parse().unwrap_or(127);
-            return Ok(Outcome { ended: Ended::ExecFailed { code }, duration, exec_error: Some(reason.to_string()) });
+            return Ok(Outcome {
+                ended: Ended::ExecFailed { code },
+                duration,
+                exec_error: Some(reason.to_string()),
+            });
         }
         return Err(setup(step, reason));
     }
@@ -213,7 +239,68 @@ pub fn run(plan: &Plan, stdin: Option<&[u8]>) -> Result<Outcome, ApplyError> {
     } else {
         Ended::Exited(125)
     };
-    Ok(Outcome { ended, duration, exec_error: None })
+    Ok(Outcome {
+        ended,
+        duration,
+        exec_error: None,
+    })
+}
+
+/// A pids cgroup (v1 `pids` hierarchy, or v2 with the pids controller) for one run.
+struct PidsCgroup {
+    dir: PathBuf,
+}
+
+impl PidsCgroup {
+    fn create(max: u64) -> Result<PidsCgroup, ApplyError> {
+        let step = "pids cgroup (running as root, RLIMIT_NPROC does not apply to host uid 0)";
+        let own = std::fs::read_to_string("/proc/self/cgroup").map_err(|e| setup(step, e))?;
+        let v1 = own.lines().find_map(|l| {
+            let mut parts = l.splitn(3, ':');
+            let (_, ctrl, path) = (parts.next()?, parts.next()?, parts.next()?);
+            ctrl.split(',')
+                .any(|c| c == "pids")
+                .then(|| Path::new("/sys/fs/cgroup/pids").join(path.trim_start_matches('/')))
+        });
+        let base = match v1 {
+            Some(b) if b.is_dir() => b,
+            _ => {
+                let path = own.lines().find_map(|l| l.strip_prefix("0::")).unwrap_or("/");
+                let b = Path::new("/sys/fs/cgroup").join(path.trim_start_matches('/'));
+                let ctrls = std::fs::read_to_string(b.join("cgroup.subtree_control")).unwrap_or_default();
+                if !ctrls.split_whitespace().any(|c| c == "pids") {
+                    return Err(setup(step, format!("no pids controller is available under {} (enable it in cgroup.subtree_control, or run tether-exec as an unprivileged user)", b.display())));
+                }
+                b
+            }
+        };
+        let dir = base.join(format!(
+            "tether-exec-{}-{}",
+            std::process::id(),
+            Instant::now().elapsed().as_nanos()
+        ));
+        std::fs::create_dir(&dir).map_err(|e| setup(step, format!("{}: {e}", dir.display())))?;
+        let c = PidsCgroup { dir };
+        std::fs::write(c.dir.join("pids.max"), max.to_string()).map_err(|e| setup(step, e))?;
+        Ok(c)
+    }
+
+    fn add(&self, pid: libc::pid_t) -> Result<(), ApplyError> {
+        std::fs::write(self.dir.join("cgroup.procs"), pid.to_string())
+            .map_err(|e| setup("pids cgroup: add the sandbox", e))
+    }
+}
+
+impl Drop for PidsCgroup {
+    fn drop(&mut self) {
+        // Empty once init has been reaped; retry briefly while the kernel tears down.
+        for i in 0..400u64 {
+            if std::fs::remove_dir(&self.dir).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_micros(20 + i * 5));
+        }
+    }
 }
 
 fn memfd_with(data: &[u8]) -> Result<OwnedFd, ApplyError> {
@@ -264,7 +351,14 @@ fn supervise(pid: libc::pid_t, pidfd: &OwnedFd, timeout: Option<Duration>) -> (i
     // Forward the signals a harness or a terminal sends us to init, which
     // forwards them to the command. Blocked and read through a signalfd so no
     // handler runs in this process.
-    let forwarded = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT, libc::SIGUSR1, libc::SIGUSR2];
+    let forwarded = [
+        libc::SIGINT,
+        libc::SIGTERM,
+        libc::SIGHUP,
+        libc::SIGQUIT,
+        libc::SIGUSR1,
+        libc::SIGUSR2,
+    ];
     // SAFETY: sigset operations on a local, zero-initialised sigset_t.
     let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
     unsafe {
@@ -280,11 +374,22 @@ fn supervise(pid: libc::pid_t, pidfd: &OwnedFd, timeout: Option<Duration>) -> (i
     let mut timed_out = false;
     loop {
         let mut fds = [
-            libc::pollfd { fd: pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 },
-            libc::pollfd { fd: sfd, events: libc::POLLIN, revents: 0 },
+            libc::pollfd {
+                fd: pidfd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: sfd,
+                events: libc::POLLIN,
+                revents: 0,
+            },
         ];
         let wait_ms = match deadline {
-            Some(d) => d.saturating_duration_since(Instant::now()).as_millis().min(i32::MAX as u128) as i32,
+            Some(d) => d
+                .saturating_duration_since(Instant::now())
+                .as_millis()
+                .min(i32::MAX as u128) as i32,
             None => -1,
         };
         // SAFETY: fds is a valid array of two pollfd structs.
@@ -298,7 +403,13 @@ fn supervise(pid: libc::pid_t, pidfd: &OwnedFd, timeout: Option<Duration>) -> (i
         if fds[1].revents & libc::POLLIN != 0 {
             // SAFETY: reading one signalfd_siginfo into a correctly sized buffer.
             let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
-            let r = unsafe { libc::read(sfd, &mut info as *mut _ as *mut libc::c_void, std::mem::size_of::<libc::signalfd_siginfo>()) };
+            let r = unsafe {
+                libc::read(
+                    sfd,
+                    &mut info as *mut _ as *mut libc::c_void,
+                    std::mem::size_of::<libc::signalfd_siginfo>(),
+                )
+            };
             if r > 0 {
                 // SAFETY: forwarding a signal to our own child.
                 unsafe { libc::kill(pid, info.ssi_signo as i32) };
@@ -395,7 +506,14 @@ extern "C" fn forward(sig: libc::c_int) {
 /// init's loop: forward signals, reap every child, exit with the command's status.
 fn reap(child: libc::pid_t) -> ! {
     FORWARD_TO.store(child, std::sync::atomic::Ordering::Relaxed);
-    for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT, libc::SIGUSR1, libc::SIGUSR2] {
+    for s in [
+        libc::SIGINT,
+        libc::SIGTERM,
+        libc::SIGHUP,
+        libc::SIGQUIT,
+        libc::SIGUSR1,
+        libc::SIGUSR2,
+    ] {
         // SAFETY: installing an async-signal-safe handler (it only calls kill).
         unsafe { libc::signal(s, forward as *const () as libc::sighandler_t) };
     }
@@ -426,7 +544,13 @@ fn path_c(p: &Path) -> CString {
     cstr(p.as_os_str())
 }
 
-fn mount_raw(src: Option<&Path>, dst: &Path, fstype: Option<&str>, flags: libc::c_ulong, data: Option<&str>) -> std::io::Result<()> {
+fn mount_raw(
+    src: Option<&Path>,
+    dst: &Path,
+    fstype: Option<&str>,
+    flags: libc::c_ulong,
+    data: Option<&str>,
+) -> std::io::Result<()> {
     let src = src.map(path_c);
     let dst = path_c(dst);
     let fstype = fstype.map(cstr);
@@ -439,7 +563,8 @@ fn mount_raw(src: Option<&Path>, dst: &Path, fstype: Option<&str>, flags: libc::
             dst.as_ptr(),
             fstype.as_ref().map_or(std::ptr::null(), |s| s.as_ptr()),
             flags,
-            data.as_ref().map_or(std::ptr::null(), |s| s.as_ptr() as *const libc::c_void),
+            data.as_ref()
+                .map_or(std::ptr::null(), |s| s.as_ptr() as *const libc::c_void),
         )
     };
     if r == 0 {
@@ -452,10 +577,20 @@ fn mount_raw(src: Option<&Path>, dst: &Path, fstype: Option<&str>, flags: libc::
 /// Set mount attributes recursively on the mount at `dst`.
 fn set_attrs(dst: &Path, set: u64) -> std::io::Result<()> {
     let p = path_c(dst);
-    let attr = MountAttr { attr_set: set, ..MountAttr::default() };
+    let attr = MountAttr {
+        attr_set: set,
+        ..MountAttr::default()
+    };
     // SAFETY: mount_setattr with a valid path, a valid mount_attr and its size.
     let r = unsafe {
-        libc::syscall(libc::SYS_mount_setattr, libc::AT_FDCWD, p.as_ptr(), AT_RECURSIVE, &attr as *const MountAttr, std::mem::size_of::<MountAttr>())
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            p.as_ptr(),
+            AT_RECURSIVE,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
     };
     if r == 0 {
         Ok(())
@@ -470,7 +605,12 @@ fn make_mountpoint(dst: &Path, file: bool) -> std::io::Result<()> {
         std::fs::create_dir_all(parent)?;
     }
     if file {
-        match std::fs::OpenOptions::new().write(true).create(true).truncate(false).open(dst) {
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(dst)
+        {
             Ok(_) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
             Err(e) => Err(e),
@@ -495,8 +635,20 @@ fn step<T>(name: impl Into<String>, r: std::io::Result<T>) -> Result<T, (String,
 /// tmpfs root, pivot, then every mount of the plan, then drop the old root.
 fn build_filesystem(plan: &Plan) -> StepResult {
     let base = Path::new("/tmp");
-    step("make the host's mounts private", mount_raw(None, Path::new("/"), None, libc::MS_REC | libc::MS_PRIVATE, None))?;
-    step("mount the root tmpfs", mount_raw(Some(Path::new("tmpfs")), base, Some("tmpfs"), libc::MS_NOSUID | libc::MS_NODEV, Some("mode=0755,size=16m")))?;
+    step(
+        "make the host's mounts private",
+        mount_raw(None, Path::new("/"), None, libc::MS_REC | libc::MS_PRIVATE, None),
+    )?;
+    step(
+        "mount the root tmpfs",
+        mount_raw(
+            Some(Path::new("tmpfs")),
+            base,
+            Some("tmpfs"),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            Some("mode=0755,size=16m"),
+        ),
+    )?;
     step("create /oldroot", std::fs::create_dir(base.join("oldroot")))?;
     let (newroot, put_old) = (path_c(base), path_c(&base.join("oldroot")));
     // SAFETY: pivot_root with two valid paths: the tmpfs mount and a directory in it.
@@ -506,7 +658,10 @@ fn build_filesystem(plan: &Plan) -> StepResult {
     step("chdir /", std::env::set_current_dir("/"))?;
     // An empty file to bind over masked files.
     step("create the mask file", std::fs::File::create("/.mask"))?;
-    step("chmod the mask file", std::fs::set_permissions("/.mask", std::os::unix::fs::PermissionsExt::from_mode(0o000)))?;
+    step(
+        "chmod the mask file",
+        std::fs::set_permissions("/.mask", std::os::unix::fs::PermissionsExt::from_mode(0o000)),
+    )?;
 
     for m in &plan.mounts {
         apply_mount(m)?;
@@ -522,7 +677,16 @@ fn build_filesystem(plan: &Plan) -> StepResult {
     })?;
     step("remove /oldroot", std::fs::remove_dir(OLD))?;
     let _ = std::fs::remove_file("/.mask");
-    step("make / read-only", mount_raw(None, Path::new("/"), None, libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV, None))?;
+    step(
+        "make / read-only",
+        mount_raw(
+            None,
+            Path::new("/"),
+            None,
+            libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV,
+            None,
+        ),
+    )?;
     step("chdir to the working directory", std::env::set_current_dir(&plan.cwd))?;
     Ok(())
 }
@@ -532,14 +696,30 @@ fn apply_mount(m: &Mount) -> StepResult {
         Mount::Tmpfs { dst, mode, size_mb } => {
             let name = format!("tmpfs {}", dst.display());
             step(&name, make_mountpoint(dst, false))?;
-            step(&name, mount_raw(Some(Path::new("tmpfs")), dst, Some("tmpfs"), libc::MS_NOSUID | libc::MS_NODEV, Some(&format!("mode={mode:o},size={size_mb}m"))))
+            step(
+                &name,
+                mount_raw(
+                    Some(Path::new("tmpfs")),
+                    dst,
+                    Some("tmpfs"),
+                    libc::MS_NOSUID | libc::MS_NODEV,
+                    Some(&format!("mode={mode:o},size={size_mb}m")),
+                ),
+            )
         }
         Mount::Bind { src, dst, writable } => {
-            let name = format!("bind {} {}", src.display(), if *writable { "read-write" } else { "read-only" });
+            let name = format!(
+                "bind {} {}",
+                src.display(),
+                if *writable { "read-write" } else { "read-only" }
+            );
             let source = old(src);
             let meta = step(&name, std::fs::metadata(&source))?;
             step(&name, make_mountpoint(dst, !meta.is_dir()))?;
-            step(&name, mount_raw(Some(&source), dst, None, libc::MS_BIND | libc::MS_REC, None))?;
+            step(
+                &name,
+                mount_raw(Some(&source), dst, None, libc::MS_BIND | libc::MS_REC, None),
+            )?;
             let mut attrs = MOUNT_ATTR_NOSUID;
             if !*writable {
                 attrs |= MOUNT_ATTR_RDONLY;
@@ -551,7 +731,16 @@ fn apply_mount(m: &Mount) -> StepResult {
         }
         Mount::Proc { dst } => {
             step("mount /proc", make_mountpoint(dst, false))?;
-            step("mount /proc", mount_raw(Some(Path::new("proc")), dst, Some("proc"), libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC, None))
+            step(
+                "mount /proc",
+                mount_raw(
+                    Some(Path::new("proc")),
+                    dst,
+                    Some("proc"),
+                    libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                    None,
+                ),
+            )
         }
         Mount::Symlink { target, dst } => {
             let name = format!("symlink {}", dst.display());
@@ -562,17 +751,38 @@ fn apply_mount(m: &Mount) -> StepResult {
         }
         Mount::MaskFile { dst } => {
             let name = format!("hide {}", dst.display());
-            step(&name, mount_raw(Some(Path::new("/.mask")), dst, None, libc::MS_BIND, None))?;
-            step(&name, set_attrs(dst, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV))
+            step(
+                &name,
+                mount_raw(Some(Path::new("/.mask")), dst, None, libc::MS_BIND, None),
+            )?;
+            step(
+                &name,
+                set_attrs(dst, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV),
+            )
         }
         Mount::MaskDir { dst } => {
             let name = format!("hide {}", dst.display());
-            step(&name, mount_raw(Some(Path::new("tmpfs")), dst, Some("tmpfs"), libc::MS_NOSUID | libc::MS_NODEV | libc::MS_RDONLY, Some("mode=0,size=4k")))
+            step(
+                &name,
+                mount_raw(
+                    Some(Path::new("tmpfs")),
+                    dst,
+                    Some("tmpfs"),
+                    libc::MS_NOSUID | libc::MS_NODEV | libc::MS_RDONLY,
+                    Some("mode=0,size=4k"),
+                ),
+            )
         }
         Mount::ReadOnly { dst } => {
             let name = format!("protect {}", dst.display());
-            step(&name, mount_raw(Some(dst), dst, None, libc::MS_BIND | libc::MS_REC, None))?;
-            step(&name, set_attrs(dst, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV))
+            step(
+                &name,
+                mount_raw(Some(dst), dst, None, libc::MS_BIND | libc::MS_REC, None),
+            )?;
+            step(
+                &name,
+                set_attrs(dst, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV),
+            )
         }
     }
 }
@@ -634,7 +844,10 @@ fn command(plan: &Plan, prep: &Prepared, err: &OwnedFd, stdin_fd: Option<OwnedFd
             RlimitKind::OpenFiles => libc::RLIMIT_NOFILE,
             RlimitKind::Core => libc::RLIMIT_CORE,
         };
-        let lim = libc::rlimit { rlim_cur: r.value, rlim_max: r.value };
+        let lim = libc::rlimit {
+            rlim_cur: r.value,
+            rlim_max: r.value,
+        };
         // SAFETY: setrlimit with a valid rlimit struct.
         if unsafe { libc::setrlimit(res, &lim) } != 0 {
             fail(err, &format!("set rlimit {:?}", r.resource), errno(), 125);
@@ -676,7 +889,10 @@ fn drop_capabilities() -> Result<(), caps::errors::CapsError> {
 }
 
 fn landlock(plan: &Plan) -> Result<(), String> {
-    use landlock::{Access as _, AccessFs, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr, Scope, ABI};
+    use landlock::{
+        Access as _, AccessFs, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr,
+        Scope, ABI,
+    };
     let abi = ABI::from(i32::from(plan.landlock.abi));
     let all = AccessFs::from_all(abi);
     let read = AccessFs::from_read(abi);
@@ -690,7 +906,10 @@ fn landlock(plan: &Plan) -> Result<(), String> {
     // Hard requirement: the plan chose the ABI the kernel reported; anything
     // less enforced is an error, never a silent downgrade.
     let e = |e: landlock::RulesetError| e.to_string();
-    let mut ruleset = Ruleset::default().set_compatibility(CompatLevel::HardRequirement).handle_access(all).map_err(e)?;
+    let mut ruleset = Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(all)
+        .map_err(e)?;
     if plan.landlock.scoped {
         ruleset = ruleset.scope(Scope::from_all(abi)).map_err(e)?;
     }
@@ -706,7 +925,10 @@ fn landlock(plan: &Plan) -> Result<(), String> {
     }
     let status = created.restrict_self().map_err(e)?;
     if status.ruleset != landlock::RulesetStatus::FullyEnforced {
-        return Err(format!("the kernel enforced Landlock only partially ({:?})", status.ruleset));
+        return Err(format!(
+            "the kernel enforced Landlock only partially ({:?})",
+            status.ruleset
+        ));
     }
     Ok(())
 }
@@ -732,7 +954,11 @@ fn exec(plan: &Plan, prep: &Prepared, err: &OwnedFd) -> ! {
             last = e;
         }
     }
-    let (code, what) = if last == libc::ENOENT { (127, "command not found") } else { (126, "cannot execute") };
+    let (code, what) = if last == libc::ENOENT {
+        (127, "command not found")
+    } else {
+        (126, "cannot execute")
+    };
     let reason = format!("{prog}: {what} ({})", std::io::Error::from_raw_os_error(last));
     fail(err, &format!("exec:{code}"), reason, code)
 }

@@ -15,7 +15,15 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 /// Directories the secret scan does not descend into (as tether's own launcher).
-pub const SCAN_SKIP_DIRS: &[&str] = &[".git", "node_modules", ".venv", "venv", "__pycache__", ".tether", "target"];
+pub const SCAN_SKIP_DIRS: &[&str] = &[
+    ".git",
+    "node_modules",
+    ".venv",
+    "venv",
+    "__pycache__",
+    ".tether",
+    "target",
+];
 /// How deep the secret scan goes.
 pub const SCAN_MAX_DEPTH: usize = 8;
 
@@ -24,7 +32,9 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>) -> Hos
     // SAFETY-free: geteuid/getegid via nix.
     let uid = nix::unistd::geteuid().as_raw();
     let gid = nix::unistd::getegid().as_raw();
-    let owner = std::fs::metadata(workspace).map(|m| (m.uid(), m.gid())).unwrap_or((uid, gid));
+    let owner = std::fs::metadata(workspace)
+        .map(|m| (m.uid(), m.gid()))
+        .unwrap_or((uid, gid));
     let mut root_symlinks = Vec::new();
     let mut root_dirs = Vec::new();
     for name in plan::SYSTEM_DIRS {
@@ -62,9 +72,17 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>) -> Hos
     for name in [".venv", "venv"] {
         if let Ok(cfg) = std::fs::read_to_string(workspace.join(name).join("pyvenv.cfg")) {
             for line in cfg.lines() {
-                if let Some(v) = line.strip_prefix("home").map(str::trim_start).and_then(|r| r.strip_prefix('=')) {
+                if let Some(v) = line
+                    .strip_prefix("home")
+                    .map(str::trim_start)
+                    .and_then(|r| r.strip_prefix('='))
+                {
                     let home = PathBuf::from(v.trim());
-                    let prefix = if home.ends_with("bin") { home.parent().map(Path::to_path_buf).unwrap_or(home) } else { home };
+                    let prefix = if home.ends_with("bin") {
+                        home.parent().map(Path::to_path_buf).unwrap_or(home)
+                    } else {
+                        home
+                    };
                     if let Ok(real) = std::fs::canonicalize(&prefix) {
                         if !system(&real) {
                             venv_prefixes.push(real);
@@ -76,18 +94,37 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>) -> Hos
     }
     let globs = policy.path_globs();
     let protected_present = protected_present(workspace, &globs);
-    let policy_files_in_workspace = policy.files.iter().filter(|f| f.starts_with(workspace)).cloned().collect();
-    let system_secrets = ["/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/security/opasswd", "/etc/sudoers"]
+    let policy_files_in_workspace = policy
+        .files
         .iter()
-        .map(PathBuf::from)
-        .chain(std::fs::read_dir("/etc/ssh").into_iter().flatten().flatten().map(|e| e.path()).filter(|p| {
-            p.file_name().is_some_and(|n| {
-                let n = n.to_string_lossy();
-                n.starts_with("ssh_host_") && n.ends_with("_key")
-            })
-        }))
-        .filter(|p| p.is_file())
+        .filter(|f| f.starts_with(workspace))
+        .cloned()
         .collect();
+    let system_secrets = [
+        "/etc/shadow",
+        "/etc/shadow-",
+        "/etc/gshadow",
+        "/etc/gshadow-",
+        "/etc/security/opasswd",
+        "/etc/sudoers",
+    ]
+    .iter()
+    .map(PathBuf::from)
+    .chain(
+        std::fs::read_dir("/etc/ssh")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name().is_some_and(|n| {
+                    let n = n.to_string_lossy();
+                    n.starts_with("ssh_host_") && n.ends_with("_key")
+                })
+            }),
+    )
+    .filter(|p| p.is_file())
+    .collect();
     HostFacts {
         uid,
         gid,
@@ -110,8 +147,11 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>) -> Hos
 /// needs its prefix (`.../3.12/bin` → `.../3.12`, which has `lib/`). Never the
 /// home itself or `~/.local` (which holds the state directory by default).
 fn tool_root(dir: &Path, home: Option<&Path>) -> PathBuf {
-    let Some(parent) = dir.parent() else { return dir.to_path_buf() };
-    let too_wide = Some(parent) == home || parent.file_name().is_some_and(|n| n == ".local") || parent == Path::new("/");
+    let Some(parent) = dir.parent() else {
+        return dir.to_path_buf();
+    };
+    let too_wide =
+        Some(parent) == home || parent.file_name().is_some_and(|n| n == ".local") || parent == Path::new("/");
     if too_wide {
         return dir.to_path_buf();
     }

@@ -93,6 +93,8 @@ pub struct Plan {
     pub outer_gid: u32,
     pub hostname: String,
     pub timeout_ms: Option<u64>,
+    /// Process limit for the whole sandbox (a pids cgroup when running as root).
+    pub pids_max: u64,
 }
 
 /// Facts about the host, read before planning (cheap `stat`s and env).
@@ -127,8 +129,21 @@ pub struct HostFacts {
 
 /// Environment names tether passes into the sandbox (its allowlist).
 const ENV_ALLOW: &[&str] = &[
-    "PATH", "LANG", "LANGUAGE", "TERM", "COLORTERM", "NO_COLOR", "TZ", "USER", "LOGNAME", "SHELL", "TMPDIR", "VIRTUAL_ENV",
-    "CI", "PYTHONPATH", "PYTHONIOENCODING",
+    "PATH",
+    "LANG",
+    "LANGUAGE",
+    "TERM",
+    "COLORTERM",
+    "NO_COLOR",
+    "TZ",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "TMPDIR",
+    "VIRTUAL_ENV",
+    "CI",
+    "PYTHONPATH",
+    "PYTHONIOENCODING",
 ];
 
 /// System directories bound read-only when present.
@@ -164,12 +179,19 @@ pub fn build(
     if state_dir.starts_with(workspace) {
         return Err(PlanError::StateInWorkspace(state_dir.to_path_buf()));
     }
-    if workspace == Path::new("/") || SYSTEM_DIRS.iter().any(|d| workspace.starts_with(Path::new("/").join(d))) {
+    if workspace == Path::new("/")
+        || SYSTEM_DIRS
+            .iter()
+            .any(|d| workspace.starts_with(Path::new("/").join(d)))
+    {
         return Err(PlanError::SystemWorkspace(workspace.to_path_buf()));
     }
     let need = policy.landlock_min_abi();
     if facts.landlock_abi < need {
-        return Err(PlanError::LandlockTooOld { have: facts.landlock_abi, need });
+        return Err(PlanError::LandlockTooOld {
+            have: facts.landlock_abi,
+            need,
+        });
     }
     let writable = policy.profile() == Profile::WorkspaceWrite;
     let mut mounts = Vec::new();
@@ -177,12 +199,19 @@ pub fn build(
     // The system, read-only. Merged-/usr links are recreated as links.
     for (name, target) in &facts.root_symlinks {
         if SYSTEM_DIRS.contains(&name.as_str()) {
-            mounts.push(Mount::Symlink { target: target.clone(), dst: Path::new("/").join(name) });
+            mounts.push(Mount::Symlink {
+                target: target.clone(),
+                dst: Path::new("/").join(name),
+            });
         }
     }
     for name in &facts.root_dirs {
         let p = Path::new("/").join(name);
-        mounts.push(Mount::Bind { src: p.clone(), dst: p, writable: false });
+        mounts.push(Mount::Bind {
+            src: p.clone(),
+            dst: p,
+            writable: false,
+        });
     }
     if facts.uid == 0 {
         // Running as root the sandbox's files map to host root, who owns
@@ -194,40 +223,81 @@ pub fn build(
     // Tools on PATH and virtualenv interpreters that live outside the system tree.
     let mut extra: Vec<PathBuf> = Vec::new();
     for d in facts.extra_tool_dirs.iter().chain(&facts.venv_prefixes) {
-        let covered = d.starts_with(workspace) || extra.iter().any(|e| d.starts_with(e)) || SYSTEM_DIRS.iter().any(|s| d.starts_with(Path::new("/").join(s)));
+        let covered = d.starts_with(workspace)
+            || extra.iter().any(|e| d.starts_with(e))
+            || SYSTEM_DIRS.iter().any(|s| d.starts_with(Path::new("/").join(s)));
         let private = d.components().any(|c| {
             let c = c.as_os_str().to_string_lossy();
-            matches!(c.as_ref(), ".ssh" | ".gnupg" | ".aws" | ".kube" | ".docker" | ".config" | ".netrc" | ".password-store")
+            matches!(
+                c.as_ref(),
+                ".ssh" | ".gnupg" | ".aws" | ".kube" | ".docker" | ".config" | ".netrc" | ".password-store"
+            )
         });
         if !covered && !private && !d.starts_with(state_dir) && !state_dir.starts_with(d) && extra.len() < 16 {
             extra.push(d.clone());
         }
     }
     for d in &extra {
-        mounts.push(Mount::Bind { src: d.clone(), dst: d.clone(), writable: false });
+        mounts.push(Mount::Bind {
+            src: d.clone(),
+            dst: d.clone(),
+            writable: false,
+        });
     }
     for p in policy.read_only_paths() {
         let p = PathBuf::from(p);
         if !p.starts_with(state_dir) {
-            mounts.push(Mount::Bind { src: p.clone(), dst: p, writable: false });
+            mounts.push(Mount::Bind {
+                src: p.clone(),
+                dst: p,
+                writable: false,
+            });
         }
     }
 
     // A minimal /dev, a fresh /proc, a private /tmp.
-    mounts.push(Mount::Tmpfs { dst: "/dev".into(), mode: 0o755, size_mb: 1 });
+    mounts.push(Mount::Tmpfs {
+        dst: "/dev".into(),
+        mode: 0o755,
+        size_mb: 1,
+    });
     for d in DEVICES {
         let p = Path::new("/dev").join(d);
-        mounts.push(Mount::Bind { src: p.clone(), dst: p, writable: true });
+        mounts.push(Mount::Bind {
+            src: p.clone(),
+            dst: p,
+            writable: true,
+        });
     }
-    for (name, target) in [("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")] {
-        mounts.push(Mount::Symlink { target: target.into(), dst: Path::new("/dev").join(name) });
+    for (name, target) in [
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ] {
+        mounts.push(Mount::Symlink {
+            target: target.into(),
+            dst: Path::new("/dev").join(name),
+        });
     }
-    mounts.push(Mount::Tmpfs { dst: "/dev/shm".into(), mode: 0o1777, size_mb: 256 });
+    mounts.push(Mount::Tmpfs {
+        dst: "/dev/shm".into(),
+        mode: 0o1777,
+        size_mb: 256,
+    });
     mounts.push(Mount::Proc { dst: "/proc".into() });
-    mounts.push(Mount::Tmpfs { dst: "/tmp".into(), mode: 0o1777, size_mb: 1024 });
+    mounts.push(Mount::Tmpfs {
+        dst: "/tmp".into(),
+        mode: 0o1777,
+        size_mb: 1024,
+    });
 
     // The workspace at its own path, then what is protected inside it.
-    mounts.push(Mount::Bind { src: workspace.to_path_buf(), dst: workspace.to_path_buf(), writable });
+    mounts.push(Mount::Bind {
+        src: workspace.to_path_buf(),
+        dst: workspace.to_path_buf(),
+        writable,
+    });
     for (p, is_dir) in &facts.protected_present {
         let hidden = p.strip_prefix(workspace).is_ok_and(|r| r.starts_with(".tether"));
         mounts.push(match (hidden, is_dir) {
@@ -245,7 +315,10 @@ pub fn build(
 
     let abi = facts.landlock_abi.min(crate::policy::doc_max_abi());
     let mut rules = vec![(PathBuf::from("/"), Access::Read)];
-    rules.push((workspace.to_path_buf(), if writable { Access::ReadWrite } else { Access::Read }));
+    rules.push((
+        workspace.to_path_buf(),
+        if writable { Access::ReadWrite } else { Access::Read },
+    ));
     rules.push(("/tmp".into(), Access::ReadWrite));
     rules.push(("/dev/shm".into(), Access::ReadWrite));
     for d in ["null", "zero", "full", "tty"] {
@@ -257,7 +330,9 @@ pub fn build(
     let mut env: Vec<(String, String)> = facts
         .env
         .iter()
-        .filter(|(k, _)| ENV_ALLOW.contains(&k.as_str()) || k.starts_with("LC_") || (passthrough.contains(k) && !is_dangerous_env(k)))
+        .filter(|(k, _)| {
+            ENV_ALLOW.contains(&k.as_str()) || k.starts_with("LC_") || (passthrough.contains(k) && !is_dangerous_env(k))
+        })
         .cloned()
         .collect();
     let ws = workspace.to_string_lossy().into_owned();
@@ -278,21 +353,43 @@ pub fn build(
     let limits = policy.limits();
     let mb = |v: u64| v.saturating_mul(1024 * 1024);
     let mut rlimits = vec![
-        Rlimit { resource: RlimitKind::Processes, value: limits.processes.unwrap_or(DEFAULT_PROCESSES) },
-        Rlimit { resource: RlimitKind::OpenFiles, value: limits.open_files.unwrap_or(DEFAULT_OPEN_FILES) },
-        Rlimit { resource: RlimitKind::AddressSpace, value: mb(limits.memory_mb.unwrap_or(DEFAULT_MEMORY_MB)) },
-        Rlimit { resource: RlimitKind::Core, value: 0 },
+        Rlimit {
+            resource: RlimitKind::Processes,
+            value: limits.processes.unwrap_or(DEFAULT_PROCESSES),
+        },
+        Rlimit {
+            resource: RlimitKind::OpenFiles,
+            value: limits.open_files.unwrap_or(DEFAULT_OPEN_FILES),
+        },
+        Rlimit {
+            resource: RlimitKind::AddressSpace,
+            value: mb(limits.memory_mb.unwrap_or(DEFAULT_MEMORY_MB)),
+        },
+        Rlimit {
+            resource: RlimitKind::Core,
+            value: 0,
+        },
     ];
     if let Some(c) = limits.cpu_seconds {
-        rlimits.push(Rlimit { resource: RlimitKind::Cpu, value: c });
+        rlimits.push(Rlimit {
+            resource: RlimitKind::Cpu,
+            value: c,
+        });
     }
     if let Some(f) = limits.file_size_mb {
-        rlimits.push(Rlimit { resource: RlimitKind::FileSize, value: mb(f) });
+        rlimits.push(Rlimit {
+            resource: RlimitKind::FileSize,
+            value: mb(f),
+        });
     }
 
     // As root, the sandbox acts as the workspace's owner, inside as an
     // unprivileged uid; otherwise as the caller, with the caller's uid inside.
-    let (outer_uid, outer_gid) = if facts.uid == 0 { facts.workspace_owner } else { (facts.uid, facts.gid) };
+    let (outer_uid, outer_gid) = if facts.uid == 0 {
+        facts.workspace_owner
+    } else {
+        (facts.uid, facts.gid)
+    };
     let inner_uid = if outer_uid == 0 { 1000 } else { outer_uid };
     let inner_gid = if outer_gid == 0 { 1000 } else { outer_gid };
 
@@ -303,7 +400,11 @@ pub fn build(
         cwd: cwd.to_path_buf(),
         workspace: workspace.to_path_buf(),
         mounts,
-        landlock: LandlockPlan { abi, rules, scoped: abi >= 6 },
+        landlock: LandlockPlan {
+            abi,
+            rules,
+            scoped: abi >= 6,
+        },
         rlimits,
         host_network: policy.network(),
         inner_uid,
@@ -312,6 +413,7 @@ pub fn build(
         outer_gid,
         hostname: "tether-sandbox".into(),
         timeout_ms: policy.timeout_ms(),
+        pids_max: limits.processes.unwrap_or(DEFAULT_PROCESSES),
     })
 }
 
@@ -327,7 +429,11 @@ mod tests {
             workspace_owner: (1000, 1000),
             root_symlinks: vec![("bin".into(), "usr/bin".into())],
             root_dirs: vec!["usr".into(), "etc".into()],
-            env: vec![("PATH".into(), "/usr/bin".into()), ("AWS_SECRET_ACCESS_KEY".into(), "x".into()), ("LC_ALL".into(), "C".into())],
+            env: vec![
+                ("PATH".into(), "/usr/bin".into()),
+                ("AWS_SECRET_ACCESS_KEY".into(), "x".into()),
+                ("LC_ALL".into(), "C".into()),
+            ],
             landlock_abi: 7,
             ..HostFacts::default()
         }
@@ -339,7 +445,15 @@ mod tests {
 
     #[test]
     fn environment_is_an_allowlist() {
-        let p = build(&policy(""), &facts(), Path::new("/w"), Path::new("/w"), vec!["ls".into()], Path::new("/s")).unwrap();
+        let p = build(
+            &policy(""),
+            &facts(),
+            Path::new("/w"),
+            Path::new("/w"),
+            vec!["ls".into()],
+            Path::new("/s"),
+        )
+        .unwrap();
         let keys: Vec<_> = p.env.iter().map(|(k, _)| k.as_str()).collect();
         assert!(keys.contains(&"LC_ALL") && keys.contains(&"HOME"));
         assert!(!keys.contains(&"AWS_SECRET_ACCESS_KEY"));
@@ -347,14 +461,34 @@ mod tests {
 
     #[test]
     fn read_only_profile_binds_the_workspace_read_only() {
-        let p = build(&policy("profile = \"read-only\""), &facts(), Path::new("/w"), Path::new("/w"), vec![], Path::new("/s")).unwrap();
-        assert!(p.mounts.contains(&Mount::Bind { src: "/w".into(), dst: "/w".into(), writable: false }));
+        let p = build(
+            &policy("profile = \"read-only\""),
+            &facts(),
+            Path::new("/w"),
+            Path::new("/w"),
+            vec![],
+            Path::new("/s"),
+        )
+        .unwrap();
+        assert!(p.mounts.contains(&Mount::Bind {
+            src: "/w".into(),
+            dst: "/w".into(),
+            writable: false
+        }));
         assert!(p.landlock.rules.contains(&("/w".into(), Access::Read)));
     }
 
     #[test]
     fn state_dir_inside_workspace_is_refused() {
-        assert!(build(&policy(""), &facts(), Path::new("/w"), Path::new("/w"), vec![], Path::new("/w/.state")).is_err());
+        assert!(build(
+            &policy(""),
+            &facts(),
+            Path::new("/w"),
+            Path::new("/w"),
+            vec![],
+            Path::new("/w/.state")
+        )
+        .is_err());
     }
 
     #[test]
@@ -362,7 +496,14 @@ mod tests {
         let mut f = facts();
         f.landlock_abi = 3;
         assert!(matches!(
-            build(&policy("landlock_min_abi = 4"), &f, Path::new("/w"), Path::new("/w"), vec![], Path::new("/s")),
+            build(
+                &policy("landlock_min_abi = 4"),
+                &f,
+                Path::new("/w"),
+                Path::new("/w"),
+                vec![],
+                Path::new("/s")
+            ),
             Err(PlanError::LandlockTooOld { have: 3, need: 4 })
         ));
     }
@@ -372,7 +513,15 @@ mod tests {
         let mut f = facts();
         f.uid = 0;
         f.workspace_owner = (0, 0);
-        let p = build(&policy(""), &f, Path::new("/w"), Path::new("/w"), vec![], Path::new("/s")).unwrap();
+        let p = build(
+            &policy(""),
+            &f,
+            Path::new("/w"),
+            Path::new("/w"),
+            vec![],
+            Path::new("/s"),
+        )
+        .unwrap();
         assert_eq!((p.outer_uid, p.inner_uid), (0, 1000));
     }
 }

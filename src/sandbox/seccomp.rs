@@ -122,7 +122,9 @@ pub fn filters() -> Result<Vec<BpfProgram>, SeccompError> {
     let flag_rules = |arg: u8| -> Result<Vec<SeccompRule>, SeccompError> {
         NAMESPACE_FLAGS
             .iter()
-            .map(|f| SeccompRule::new(vec![Cond::new(arg, Len::Qword, Op::MaskedEq(*f), *f).map_err(err)?]).map_err(err))
+            .map(|f| {
+                SeccompRule::new(vec![Cond::new(arg, Len::Qword, Op::MaskedEq(*f), *f).map_err(err)?]).map_err(err)
+            })
             .collect()
     };
     rules.insert(libc::SYS_unshare, flag_rules(0)?);
@@ -143,12 +145,24 @@ pub fn filters() -> Result<Vec<BpfProgram>, SeccompError> {
         ])
         .map_err(err)?],
     );
-    let refuse = SeccompFilter::new(rules, SeccompAction::Allow, SeccompAction::Errno(libc::EPERM as u32), arch()).map_err(err)?;
+    let refuse = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        arch(),
+    )
+    .map_err(err)?;
     out.push(refuse.try_into().map_err(err)?);
 
     let mut clone3 = BTreeMap::new();
     clone3.insert(libc::SYS_clone3, vec![]);
-    let nosys = SeccompFilter::new(clone3, SeccompAction::Allow, SeccompAction::Errno(libc::ENOSYS as u32), arch()).map_err(err)?;
+    let nosys = SeccompFilter::new(
+        clone3,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::ENOSYS as u32),
+        arch(),
+    )
+    .map_err(err)?;
     out.push(nosys.try_into().map_err(err)?);
     Ok(out)
 }

@@ -6,7 +6,9 @@ use std::process::{Command, Output, Stdio};
 
 /// The binary under test (`TETHER_EXEC_BIN` overrides, for the unprivileged CI pass).
 pub fn bin() -> PathBuf {
-    std::env::var_os("TETHER_EXEC_BIN").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_tether-exec")))
+    std::env::var_os("TETHER_EXEC_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_tether-exec")))
 }
 
 pub const PY: &str = "/usr/bin/python3";
@@ -21,7 +23,10 @@ pub struct World {
 
 impl World {
     pub fn new() -> World {
-        let root = tempfile::Builder::new().prefix("tether-test-").tempdir().expect("tempdir");
+        let root = tempfile::Builder::new()
+            .prefix("tether-test-")
+            .tempdir()
+            .expect("tempdir");
         let base = std::fs::canonicalize(root.path()).unwrap();
         let ws = base.join("ws");
         let outside = base.join("outside");
@@ -29,7 +34,12 @@ impl World {
         for d in [&ws, &outside, &state] {
             std::fs::create_dir_all(d).unwrap();
         }
-        World { root, ws, outside, state }
+        World {
+            root,
+            ws,
+            outside,
+            state,
+        }
     }
 
     pub fn write(&self, rel: &str, text: &str) -> PathBuf {
@@ -48,7 +58,12 @@ impl World {
     /// `tether-exec run [extra] -c script` in the workspace.
     pub fn run_with(&self, extra: &[&str], script: &str) -> Output {
         let mut c = Command::new(bin());
-        c.arg("--state-dir").arg(&self.state).arg("run").args(extra).arg("-c").arg(script);
+        c.arg("--state-dir")
+            .arg(&self.state)
+            .arg("run")
+            .args(extra)
+            .arg("-c")
+            .arg(script);
         c.current_dir(&self.ws).stdin(Stdio::null());
         c.output().expect("run tether-exec")
     }
@@ -64,19 +79,37 @@ impl World {
 
     /// The same script without the sandbox: the control.
     pub fn control(&self, script: &str) -> Output {
-        Command::new("bash").arg("-c").arg(script).current_dir(&self.ws).stdin(Stdio::null()).output().expect("bash")
+        Command::new("bash")
+            .arg("-c")
+            .arg(script)
+            .current_dir(&self.ws)
+            .stdin(Stdio::null())
+            .output()
+            .expect("bash")
     }
 }
 
 pub fn rand_tag() -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
     static N: AtomicU64 = AtomicU64::new(0);
-    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
-    format!("{}-{}-{}", std::process::id(), t % 1_000_000_000, N.fetch_add(1, Ordering::Relaxed))
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!(
+        "{}-{}-{}",
+        std::process::id(),
+        t % 1_000_000_000,
+        N.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 pub fn text(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
 }
 
 pub fn stdout(o: &Output) -> String {
