@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-cargo test --all-targets --no-fail-fast
+cargo test --lib --bins --tests --no-fail-fast
 
 if [ "$(id -u)" -ne 0 ]; then
   exit 0
@@ -16,7 +16,7 @@ stage=$(mktemp -d /tmp/tether-exec-unpriv.XXXXXX)
 trap 'rm -rf "$stage"' EXIT
 chmod 755 "$stage"
 # Build (no-op after the run above) and list the test executables.
-mapfile -t tests < <(cargo test --all-targets --no-run --message-format=json 2>/dev/null \
+mapfile -t tests < <(cargo test --lib --bins --tests --no-run --message-format=json 2>/dev/null \
   | python3 -c 'import json,sys
 for line in sys.stdin:
     m = json.loads(line)

@@ -1,0 +1,3 @@
+//! Scratch crate for `tether_exec::approval`; see [`approval`].
+
+pub mod approval;

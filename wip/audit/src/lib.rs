@@ -1,0 +1,2 @@
+//! Scratch crate for `tether_exec::audit`; the module is moved verbatim.
+pub mod audit;
