@@ -345,20 +345,23 @@ fn write_id_maps(pid: libc::pid_t, plan: &Plan) -> Result<(), ApplyError> {
     Ok(())
 }
 
+/// Signals passed from the harness to init, and from init to the command.
+const FORWARDED_SIGNALS: [libc::c_int; 6] = [
+    libc::SIGINT,
+    libc::SIGTERM,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+];
+
 /// Wait for init to exit, killing it at the timeout and forwarding signals.
 /// Returns (wait status, timed out).
 fn supervise(pid: libc::pid_t, pidfd: &OwnedFd, timeout: Option<Duration>) -> (i32, bool) {
     // Forward the signals a harness or a terminal sends us to init, which
     // forwards them to the command. Blocked and read through a signalfd so no
     // handler runs in this process.
-    let forwarded = [
-        libc::SIGINT,
-        libc::SIGTERM,
-        libc::SIGHUP,
-        libc::SIGQUIT,
-        libc::SIGUSR1,
-        libc::SIGUSR2,
-    ];
+    let forwarded = FORWARDED_SIGNALS;
     // SAFETY: sigset operations on a local, zero-initialised sigset_t.
     let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
     unsafe {
@@ -506,14 +509,7 @@ extern "C" fn forward(sig: libc::c_int) {
 /// init's loop: forward signals, reap every child, exit with the command's status.
 fn reap(child: libc::pid_t) -> ! {
     FORWARD_TO.store(child, std::sync::atomic::Ordering::Relaxed);
-    for s in [
-        libc::SIGINT,
-        libc::SIGTERM,
-        libc::SIGHUP,
-        libc::SIGQUIT,
-        libc::SIGUSR1,
-        libc::SIGUSR2,
-    ] {
+    for s in FORWARDED_SIGNALS {
         // SAFETY: installing an async-signal-safe handler (it only calls kill).
         unsafe { libc::signal(s, forward as *const () as libc::sighandler_t) };
     }
