@@ -134,8 +134,7 @@ pub struct PolicyDoc {
     limits: Option<Limits>,
 }
 
-fn invalid(text: &str, file: &str, at: (usize, usize), message: String, fix: &str) -> PolicyError {
-    let _ = text;
+fn invalid(file: &str, at: (usize, usize), message: String, fix: &str) -> PolicyError {
     PolicyError::Invalid {
         file: file.to_string(),
         line: at.0,
@@ -159,7 +158,7 @@ pub fn parse(text: &str, file: &str, format: Format) -> Result<PolicyDoc, Policy
             } else {
                 "see the policy reference in README.md"
             };
-            invalid(text, file, at, message, fix)
+            invalid(file, at, message, fix)
         }),
         Format::Json => serde_json::from_str::<PolicyDoc>(text).map_err(|e| {
             let message = e.to_string();
@@ -171,7 +170,7 @@ pub fn parse(text: &str, file: &str, format: Format) -> Result<PolicyDoc, Policy
             } else {
                 "see the policy reference in README.md"
             };
-            invalid(text, file, (e.line().max(1), e.column().max(1)), message, fix)
+            invalid(file, (e.line().max(1), e.column().max(1)), message, fix)
         }),
     }
 }
@@ -184,9 +183,7 @@ const SHELL_META: &[char] = &[
 fn rule_from_spec(spec: &RuleSpec, list: RuleList, text: &str, file: &str) -> Result<Rule, PolicyError> {
     let at = || locate(text, list.key(), &spec.prefix);
     if let Some(c) = spec.prefix.chars().find(|c| SHELL_META.contains(c)) {
-        return Err(invalid(
-            text,
-            file,
+        return Err(invalid(file,
             at(),
             format!("`{}` in {} contains `{c}`: a rule is a command prefix (program and leading arguments), not a script or a pattern", spec.prefix, list.key()),
             "write the words the command starts with, e.g. \"git status\"; the gate already splits scripts into their simple commands",
@@ -195,7 +192,6 @@ fn rule_from_spec(spec: &RuleSpec, list: RuleList, text: &str, file: &str) -> Re
     let tokens: Vec<String> = spec.prefix.split_whitespace().map(str::to_string).collect();
     if tokens.is_empty() {
         return Err(invalid(
-            text,
             file,
             at(),
             format!("an empty rule in {}", list.key()),
@@ -204,7 +200,6 @@ fn rule_from_spec(spec: &RuleSpec, list: RuleList, text: &str, file: &str) -> Re
     }
     if tokens[0].starts_with('-') {
         return Err(invalid(
-            text,
             file,
             at(),
             format!(
@@ -217,7 +212,6 @@ fn rule_from_spec(spec: &RuleSpec, list: RuleList, text: &str, file: &str) -> Re
     }
     if spec.approvals == Some(0) || spec.approvals.is_some_and(|n| n > 16) {
         return Err(invalid(
-            text,
             file,
             at(),
             format!("`approvals` of `{}` must be between 1 and 16", spec.prefix),
@@ -226,7 +220,6 @@ fn rule_from_spec(spec: &RuleSpec, list: RuleList, text: &str, file: &str) -> Re
     }
     if spec.approvals.is_some() && list != RuleList::RequireApprovalFor {
         return Err(invalid(
-            text,
             file,
             at(),
             format!(
@@ -251,7 +244,6 @@ pub fn validate(doc: PolicyDoc, text: &str, file: &str) -> Result<Layer, PolicyE
     if let Some(v) = doc.version {
         if v != 1 {
             return Err(invalid(
-                text,
                 file,
                 locate(text, "version", &v.to_string()),
                 format!("policy version {v} is not supported by this tether-exec"),
@@ -264,7 +256,6 @@ pub fn validate(doc: PolicyDoc, text: &str, file: &str) -> Result<Layer, PolicyE
         // command unconfined, so accepting `false` would promise less isolation
         // than we apply; say so instead of silently ignoring it.
         return Err(invalid(
-            text,
             file,
             locate(text, "use_kernel_sandbox", "false"),
             "use_kernel_sandbox = false asks for no kernel sandbox; tether-exec always confines the command".into(),
@@ -276,7 +267,6 @@ pub fn validate(doc: PolicyDoc, text: &str, file: &str) -> Result<Layer, PolicyE
         Some(Seconds(s)) if s.is_finite() && s > 0.0 && s <= 7.0 * 86400.0 => Some((s * 1000.0).round() as u64),
         Some(Seconds(s)) => {
             return Err(invalid(
-                text,
                 file,
                 locate(text, "timeout_seconds", ""),
                 format!("timeout_seconds = {s} is not a positive number of seconds up to a week"),
@@ -287,7 +277,6 @@ pub fn validate(doc: PolicyDoc, text: &str, file: &str) -> Result<Layer, PolicyE
     if let Some(abi) = doc.landlock_min_abi {
         if !(1..=landlock_max_known_abi()).contains(&abi) {
             return Err(invalid(
-                text,
                 file,
                 locate(text, "landlock_min_abi", &abi.to_string()),
                 format!(
@@ -318,7 +307,6 @@ pub fn validate(doc: PolicyDoc, text: &str, file: &str) -> Result<Layer, PolicyE
             for a in &lists[i].1 {
                 if lists[j].1.iter().any(|b| b.tokens == a.tokens) {
                     return Err(invalid(
-                        text,
                         file,
                         locate(text, lists[j].0.key(), &a.text()),
                         format!(
@@ -340,9 +328,7 @@ pub fn validate(doc: PolicyDoc, text: &str, file: &str) -> Result<Layer, PolicyE
     ] {
         for g in globs {
             super::glob::check_glob(g).map_err(|why| {
-                invalid(
-                    text,
-                    file,
+                invalid(file,
                     locate(text, key, g),
                     format!("`{g}` in {key} is not a valid glob: {why}"),
                     "globs are relative to the workspace, use `/` separators, `*` within a name and `**` across directories, e.g. \"docs/**\"",
@@ -353,7 +339,6 @@ pub fn validate(doc: PolicyDoc, text: &str, file: &str) -> Result<Layer, PolicyE
     for p in doc.read_only_paths.iter().flatten() {
         if !p.starts_with('/') || p.split('/').any(|c| c == "..") {
             return Err(invalid(
-                text,
                 file,
                 locate(text, "read_only_paths", p),
                 format!("read_only_paths entry `{p}` must be an absolute path without `..`"),
@@ -364,9 +349,7 @@ pub fn validate(doc: PolicyDoc, text: &str, file: &str) -> Result<Layer, PolicyE
     for name in doc.env_passthrough.iter().flatten() {
         let ok = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
         if !ok || is_dangerous_env(name) {
-            return Err(invalid(
-                text,
-                file,
+            return Err(invalid(file,
                 locate(text, "env_passthrough", name),
                 format!("env_passthrough entry `{name}` is not a plain variable name, or is one that changes what programs run (PATH, LD_*, BASH_ENV, ...)"),
                 "pass only plain data variables through",

@@ -570,6 +570,18 @@ fn mount_raw(
     }
 }
 
+/// A fresh tmpfs at `dst` (never suid, never devices), with extra mount flags and options.
+fn mount_tmpfs(dst: &Path, flags: libc::c_ulong, options: &str) -> std::io::Result<()> {
+    let tmpfs = Path::new("tmpfs");
+    mount_raw(
+        Some(tmpfs),
+        dst,
+        Some("tmpfs"),
+        libc::MS_NOSUID | libc::MS_NODEV | flags,
+        Some(options),
+    )
+}
+
 /// Set mount attributes recursively on the mount at `dst`.
 fn set_attrs(dst: &Path, set: u64) -> std::io::Result<()> {
     let p = path_c(dst);
@@ -635,16 +647,7 @@ fn build_filesystem(plan: &Plan) -> StepResult {
         "make the host's mounts private",
         mount_raw(None, Path::new("/"), None, libc::MS_REC | libc::MS_PRIVATE, None),
     )?;
-    step(
-        "mount the root tmpfs",
-        mount_raw(
-            Some(Path::new("tmpfs")),
-            base,
-            Some("tmpfs"),
-            libc::MS_NOSUID | libc::MS_NODEV,
-            Some("mode=0755,size=16m"),
-        ),
-    )?;
+    step("mount the root tmpfs", mount_tmpfs(base, 0, "mode=0755,size=16m"))?;
     step("create /oldroot", std::fs::create_dir(base.join("oldroot")))?;
     let (newroot, put_old) = (path_c(base), path_c(&base.join("oldroot")));
     // SAFETY: pivot_root with two valid paths: the tmpfs mount and a directory in it.
@@ -692,16 +695,7 @@ fn apply_mount(m: &Mount) -> StepResult {
         Mount::Tmpfs { dst, mode, size_mb } => {
             let name = format!("tmpfs {}", dst.display());
             step(&name, make_mountpoint(dst, false))?;
-            step(
-                &name,
-                mount_raw(
-                    Some(Path::new("tmpfs")),
-                    dst,
-                    Some("tmpfs"),
-                    libc::MS_NOSUID | libc::MS_NODEV,
-                    Some(&format!("mode={mode:o},size={size_mb}m")),
-                ),
-            )
+            step(&name, mount_tmpfs(dst, 0, &format!("mode={mode:o},size={size_mb}m")))
         }
         Mount::Bind { src, dst, writable } => {
             let name = format!(
@@ -756,19 +750,10 @@ fn apply_mount(m: &Mount) -> StepResult {
                 set_attrs(dst, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV),
             )
         }
-        Mount::MaskDir { dst } => {
-            let name = format!("hide {}", dst.display());
-            step(
-                &name,
-                mount_raw(
-                    Some(Path::new("tmpfs")),
-                    dst,
-                    Some("tmpfs"),
-                    libc::MS_NOSUID | libc::MS_NODEV | libc::MS_RDONLY,
-                    Some("mode=0,size=4k"),
-                ),
-            )
-        }
+        Mount::MaskDir { dst } => step(
+            format!("hide {}", dst.display()),
+            mount_tmpfs(dst, libc::MS_RDONLY, "mode=0,size=4k"),
+        ),
         Mount::ReadOnly { dst } => {
             let name = format!("protect {}", dst.display());
             step(
