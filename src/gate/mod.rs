@@ -185,7 +185,7 @@ pub fn decide(policy: &Policy, input: Input<'_>, ctx: &Context) -> Result<Decisi
     let mut g = Gate {
         functions,
         policy,
-        globs: policy.path_globs(),
+        globs: std::cell::OnceCell::new(),
         ctx,
         out: Vec::new(),
         approvals: 1,
@@ -289,7 +289,8 @@ struct Gate<'a> {
     /// Functions the script defines (their bodies are judged where defined).
     functions: Vec<String>,
     policy: &'a Policy,
-    globs: crate::policy::PathGlobs,
+    /// Compiled only when a redirect writes somewhere (most commands never need it).
+    globs: std::cell::OnceCell<crate::policy::PathGlobs>,
     ctx: &'a Context,
     out: Vec<Judged>,
     approvals: u32,
@@ -765,7 +766,8 @@ impl Gate<'_> {
         let ws = &self.ctx.workspace;
         if let Ok(rel) = abs.strip_prefix(ws) {
             let rel = rel.to_string_lossy();
-            if let Some(p) = self.globs.protected_by(&rel) {
+            let globs = self.globs.get_or_init(|| self.policy.path_globs());
+            if let Some(p) = globs.protected_by(&rel) {
                 return Some((
                     Verdict::Deny,
                     format!("a redirect writes to protected path `{rel}` ({p})"),
@@ -777,7 +779,7 @@ impl Gate<'_> {
                     format!("a redirect writes to `{rel}`, but the profile is read-only"),
                 ));
             }
-            if !rel.is_empty() && !self.globs.writable(&rel) {
+            if !rel.is_empty() && !globs.writable(&rel) {
                 return Some((
                     Verdict::Deny,
                     format!("a redirect writes to `{rel}`, outside writable_globs"),

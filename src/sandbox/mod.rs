@@ -9,7 +9,7 @@ pub mod apply;
 pub mod plan;
 pub mod seccomp;
 
-use crate::policy::{PathGlobs, Policy};
+use crate::policy::Policy;
 use plan::HostFacts;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -92,8 +92,7 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>) -> Hos
             }
         }
     }
-    let globs = policy.path_globs();
-    let protected_present = protected_present(workspace, &globs);
+    let protected_present = protected_present(workspace);
     let policy_files_in_workspace = policy
         .files
         .iter()
@@ -163,13 +162,17 @@ fn tool_root(dir: &Path, home: Option<&Path>) -> PathBuf {
     }
 }
 
+/// Protected paths (DESIGN.md) that are protected by a mount when they exist.
+/// `.env*` files are found by the secret scan; policy files are listed by the policy.
+pub const PROTECTED_MOUNTS: [&str; 3] = [".git/config", ".git/hooks", ".tether"];
+
 /// Existing protected paths at the top of the workspace (`.git/config`, `.git/hooks`, `.tether`).
-fn protected_present(workspace: &Path, globs: &PathGlobs) -> Vec<(PathBuf, bool)> {
+fn protected_present(workspace: &Path) -> Vec<(PathBuf, bool)> {
     let mut out = Vec::new();
-    for rel in [".git/config", ".git/hooks", ".tether"] {
+    for rel in PROTECTED_MOUNTS {
         let p = workspace.join(rel);
         if let Ok(m) = std::fs::symlink_metadata(&p) {
-            if globs.protected_by(rel).is_some() && !m.file_type().is_symlink() {
+            if !m.file_type().is_symlink() {
                 out.push((p, m.is_dir()));
             }
         }
