@@ -522,6 +522,11 @@ impl Walker {
 
     /// Resolve one word, recording nested scripts as units.
     pub(crate) fn word(&mut self, raw: &str, depth: usize, cwd: &mut Cwd) -> Word {
+        // Most words are plain (`pytest`, `-q`, `src/main.rs`): characters bash
+        // gives no meaning to need no word parser.
+        if !raw.is_empty() && raw.bytes().all(is_plain_byte) {
+            return Word::Lit(raw.to_string());
+        }
         let pieces = match word::parse(raw, &options()) {
             Ok(p) => p,
             Err(_) => {
@@ -651,6 +656,17 @@ fn join_cwd(cwd: &Cwd, dir: &str) -> Cwd {
             Cwd::Known(parts.join("/"))
         }
     }
+}
+
+/// Bytes that are literal in any position of an unquoted word. Not here:
+/// quotes, `\`, `$`, `` ` ``, glob and brace characters, `~`, `!`, `#`, `&`,
+/// `;`, `|`, `<`, `>`, parentheses, whitespace, and non-ASCII (left to the parser).
+fn is_plain_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric()
+        || matches!(
+            b,
+            b'-' | b'_' | b'.' | b'/' | b'=' | b':' | b',' | b'+' | b'@' | b'%' | b'^'
+        )
 }
 
 /// Unquoted characters that make bash expand a word into other words.
