@@ -7,13 +7,17 @@
 //! that makes namespace, mount, Landlock and seccomp system calls. [`cli`] only
 //! parses arguments and formats output.
 
+pub mod approval;
+pub mod audit;
 pub mod cli;
 pub mod exit;
 pub mod gate;
+pub mod launch;
 pub mod policy;
 pub mod receipt;
 pub mod sandbox;
 pub mod state;
+pub mod workspace;
 
 use policy::{Layer, Policy, PolicyError};
 use std::path::PathBuf;

@@ -58,3 +58,51 @@ pub fn ensure(dir: &std::path::Path) -> Result<PathBuf, StateError> {
         source: e,
     })
 }
+
+/// This environment's instance id: the machine's boot id, this state
+/// directory's own random id (created once), and the workspace path. An
+/// approval made here does not work in a copy of the workspace elsewhere,
+/// after a reboot, or with another state directory.
+pub fn env_instance_id(state_dir: &std::path::Path, workspace: &std::path::Path) -> Result<String, StateError> {
+    use sha2::{Digest, Sha256};
+    use std::io::Write;
+    let file = state_dir.join("instance");
+    let id = match std::fs::read_to_string(&file) {
+        Ok(s) if s.trim().len() == 32 => s.trim().to_string(),
+        _ => {
+            let mut b = [0u8; 16];
+            getrandom::fill(&mut b).map_err(|e| StateError::Create {
+                path: file.clone(),
+                source: std::io::Error::other(e.to_string()),
+            })?;
+            let id = crate::policy::hex(&b);
+            let tmp = state_dir.join(format!("instance.tmp{}", std::process::id()));
+            let mut f = std::fs::File::create(&tmp).map_err(|e| StateError::Create {
+                path: tmp.clone(),
+                source: e,
+            })?;
+            f.write_all(id.as_bytes()).map_err(|e| StateError::Create {
+                path: tmp.clone(),
+                source: e,
+            })?;
+            // Two first runs racing: the first link wins and both read it.
+            let _ = std::fs::hard_link(&tmp, &file);
+            let _ = std::fs::remove_file(&tmp);
+            std::fs::read_to_string(&file)
+                .map_err(|e| StateError::Create {
+                    path: file.clone(),
+                    source: e,
+                })?
+                .trim()
+                .to_string()
+        }
+    };
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    let mut h = Sha256::new();
+    h.update(boot.trim().as_bytes());
+    h.update([0]);
+    h.update(id.as_bytes());
+    h.update([0]);
+    h.update(workspace.as_os_str().as_encoded_bytes());
+    Ok(format!("env_{}", &crate::policy::hex(&h.finalize())[..24]))
+}

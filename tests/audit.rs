@@ -7,12 +7,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Barrier};
 
-use audit_scratch::audit::{
-    format_human, read_records, redact, verify, AuditEntry, AuditLog, AuditRecord, Changes,
-    EntryKind, ProblemKind, VerifyReport,
-};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
+use tether_exec::audit::{
+    format_human, read_records, redact, verify, AuditEntry, AuditLog, AuditRecord, Changes, EntryKind, ProblemKind,
+    VerifyReport,
+};
 
 fn audit_dir(state: &Path) -> PathBuf {
     state.join("audit")
@@ -140,10 +140,7 @@ fn intact_log_verifies_with_its_checkpoints() {
     let report = verify(state.path()).unwrap();
     assert_eq!(report.problem, None, "{report:?}");
     assert_eq!(report.records, 300);
-    assert_eq!(
-        report.checkpoints, 2,
-        "one every 256 records plus the explicit one"
-    );
+    assert_eq!(report.checkpoints, 2, "one every 256 records plus the explicit one");
 }
 
 #[test]
@@ -151,10 +148,7 @@ fn empty_log_verifies_and_missing_state_is_an_error() {
     let state = tempfile::tempdir().unwrap();
     AuditLog::open(state.path()).unwrap().checkpoint().unwrap();
     let report = verify(state.path()).unwrap();
-    assert_eq!(
-        (report.records, report.checkpoints, report.problem),
-        (0, 0, None)
-    );
+    assert_eq!((report.records, report.checkpoints, report.problem), (0, 0, None));
     assert!(verify(&state.path().join("nowhere")).is_err());
 }
 
@@ -194,15 +188,8 @@ fn key_files_are_created_once_with_private_mode() {
     let pubkey = fs::read_to_string(audit_dir(state.path()).join("host.pub")).unwrap();
     assert_eq!(pubkey.trim().len(), 64);
     drop(AuditLog::open(state.path()).unwrap());
-    assert_eq!(
-        fs::read(&key).unwrap(),
-        before,
-        "reopening must not replace the key"
-    );
-    let dir_mode = fs::metadata(audit_dir(state.path()))
-        .unwrap()
-        .permissions()
-        .mode();
+    assert_eq!(fs::read(&key).unwrap(), before, "reopening must not replace the key");
+    let dir_mode = fs::metadata(audit_dir(state.path())).unwrap().permissions().mode();
     assert_eq!(dir_mode & 0o777, 0o700);
 }
 
@@ -238,10 +225,7 @@ fn an_added_field_is_edited_even_though_the_hash_ignores_it() {
     let mut lines = read_lines(state.path());
     lines[2].insert_str(1, r#""note":"x","#);
     write_lines(state.path(), &lines);
-    assert_eq!(
-        problem_of(&verify(state.path()).unwrap()),
-        (ProblemKind::Edited, 3, 3)
-    );
+    assert_eq!(problem_of(&verify(state.path()).unwrap()), (ProblemKind::Edited, 3, 3));
 }
 
 #[test]
@@ -254,10 +238,7 @@ fn an_edit_with_a_recomputed_record_hash_is_edited() {
     rec.hash = chain_hash(&rec);
     lines[4] = serde_json::to_string(&rec).unwrap();
     write_lines(state.path(), &lines);
-    assert_eq!(
-        problem_of(&verify(state.path()).unwrap()),
-        (ProblemKind::Edited, 5, 5)
-    );
+    assert_eq!(problem_of(&verify(state.path()).unwrap()), (ProblemKind::Edited, 5, 5));
 }
 
 #[test]
@@ -297,10 +278,7 @@ fn swapping_and_renumbering_records_is_reordered() {
         *line = serde_json::to_string(&rec).unwrap();
     }
     write_lines(state.path(), &lines);
-    assert_eq!(
-        problem_of(&verify(state.path()).unwrap()).0,
-        ProblemKind::Reordered
-    );
+    assert_eq!(problem_of(&verify(state.path()).unwrap()).0, ProblemKind::Reordered);
 }
 
 #[test]
@@ -373,11 +351,7 @@ fn appending_a_forged_record_with_a_valid_chain_is_forged_append() {
     let report = verify(state.path()).unwrap();
     assert_eq!(problem_of(&report), (ProblemKind::ForgedAppend, 21, 21));
     assert_eq!(report.records, 20);
-    assert!(report
-        .problem
-        .unwrap()
-        .detail
-        .contains("killed after writing the line"));
+    assert!(report.problem.unwrap().detail.contains("killed after writing the line"));
 }
 
 #[test]
@@ -385,11 +359,7 @@ fn a_tampered_checkpoint_is_bad_checkpoint() {
     let state = make_log(260);
     let conn = rusqlite::Connection::open(db_path(state.path())).unwrap();
     let sig: String = conn
-        .query_row(
-            "SELECT signature FROM checkpoints WHERE seq = 256",
-            [],
-            |r| r.get(0),
-        )
+        .query_row("SELECT signature FROM checkpoints WHERE seq = 256", [], |r| r.get(0))
         .unwrap();
     let flipped = if sig.starts_with('0') { "1" } else { "0" };
     conn.execute(
@@ -424,11 +394,9 @@ fn a_checkpoint_signed_by_another_key_is_bad_checkpoint() {
     // Same records would not be needed: only the key differs.
     let conn = rusqlite::Connection::open(db_path(other.path())).unwrap();
     let (hash, sig): (String, String) = conn
-        .query_row(
-            "SELECT hash, signature FROM checkpoints WHERE seq = 10",
-            [],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
+        .query_row("SELECT hash, signature FROM checkpoints WHERE seq = 10", [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
         .unwrap();
     let conn = rusqlite::Connection::open(db_path(state.path())).unwrap();
     conn.execute(
@@ -437,10 +405,7 @@ fn a_checkpoint_signed_by_another_key_is_bad_checkpoint() {
     )
     .unwrap();
     drop(conn);
-    assert_eq!(
-        problem_of(&verify(state.path()).unwrap()).0,
-        ProblemKind::BadCheckpoint
-    );
+    assert_eq!(problem_of(&verify(state.path()).unwrap()).0, ProblemKind::BadCheckpoint);
 }
 
 #[test]
@@ -458,11 +423,7 @@ fn an_uncommitted_tail_is_quarantined_by_the_next_append_and_still_reported() {
     );
 
     let mut log = AuditLog::open(state.path()).unwrap();
-    assert_eq!(
-        log.append(entry(6)).unwrap(),
-        6,
-        "one crash must not stop the launcher"
-    );
+    assert_eq!(log.append(entry(6)).unwrap(), 6, "one crash must not stop the launcher");
     assert_eq!(read_lines(state.path()).len(), 6);
     let report = verify(state.path()).unwrap();
     assert_eq!(report.records, 6, "the chain itself is intact again");
@@ -470,18 +431,10 @@ fn an_uncommitted_tail_is_quarantined_by_the_next_append_and_still_reported() {
     let quarantined: Vec<_> = fs::read_dir(audit_dir(state.path()))
         .unwrap()
         .map(|e| e.unwrap().path())
-        .filter(|p| {
-            p.file_name()
-                .unwrap()
-                .to_string_lossy()
-                .starts_with("quarantine-")
-        })
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("quarantine-"))
         .collect();
     assert_eq!(quarantined.len(), 1);
-    assert_eq!(
-        fs::read_to_string(&quarantined[0]).unwrap(),
-        r#"{"seq":6,"half a line"#
-    );
+    assert_eq!(fs::read_to_string(&quarantined[0]).unwrap(), r#"{"seq":6,"half a line"#);
     fs::remove_file(&quarantined[0]).unwrap();
     assert_eq!(
         verify(state.path()).unwrap().problem,
@@ -498,10 +451,7 @@ fn append_refuses_to_extend_a_truncated_log() {
     write_lines(state.path(), &lines[..8]);
     assert!(log.append(entry(11)).is_err());
     assert_eq!(read_lines(state.path()).len(), 8, "nothing was appended");
-    assert_eq!(
-        problem_of(&verify(state.path()).unwrap()).0,
-        ProblemKind::Truncated
-    );
+    assert_eq!(problem_of(&verify(state.path()).unwrap()).0, ProblemKind::Truncated);
 }
 
 #[test]
@@ -538,10 +488,7 @@ fn append_fails_when_the_log_path_is_not_writable() {
     fs::create_dir(&path).unwrap();
     let err = log.append(entry(3)).unwrap_err();
     assert!(err.to_string().contains("log.jsonl"), "{err}");
-    assert!(
-        log.checkpoint().is_ok(),
-        "the database is untouched and usable"
-    );
+    assert!(log.checkpoint().is_ok(), "the database is untouched and usable");
 }
 
 #[test]
@@ -557,11 +504,7 @@ fn read_only_audit_dir_blocks_open_unless_root() {
         // Root ignores mode bits, so the only true statement here is that the
         // directory did not stop it; the root-proof failures are covered by
         // the file-size-limit and not-a-directory tests.
-        assert!(
-            result.is_ok(),
-            "root writes through 0500: {:?}",
-            result.err()
-        );
+        assert!(result.is_ok(), "root writes through 0500: {:?}", result.err());
     } else {
         assert!(result.is_err(), "a read-only directory must make open fail");
     }
@@ -577,13 +520,7 @@ fn append_fails_closed_when_the_disk_refuses_the_write() {
     // so the test runs in a child to keep other tests' writes unaffected.
     let state = tempfile::tempdir().unwrap();
     let out = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "fsize_child",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+        .args(["--exact", "fsize_child", "--ignored", "--nocapture", "--test-threads=1"])
         .env(FSIZE_ENV, state.path())
         .output()
         .unwrap();
@@ -621,9 +558,7 @@ fn fsize_child() {
         }
     };
     limit(size + 1000);
-    let err = log
-        .append(big(11))
-        .expect_err("a write past the limit must fail");
+    let err = log.append(big(11)).expect_err("a write past the limit must fail");
     assert!(err.to_string().contains("log.jsonl"), "{err}");
     limit(libc::RLIM_INFINITY);
     assert_eq!(
@@ -633,11 +568,7 @@ fn fsize_child() {
     );
     let report = verify(&state).unwrap();
     assert_eq!((report.records, report.problem), (10, None));
-    assert_eq!(
-        log.append(big(11)).unwrap(),
-        11,
-        "usable again once space is back"
-    );
+    assert_eq!(log.append(big(11)).unwrap(), 11, "usable again once space is back");
     println!("{FSIZE_MARK}");
 }
 
@@ -681,10 +612,7 @@ fn sixteen_writers_lose_nothing_and_keep_the_chain() {
     assert_eq!(report.checkpoints, total / 256);
     for w in 0..WRITERS {
         let mine = read_records(state.path(), Some(&format!("w{w}")), None).unwrap();
-        let details: Vec<_> = mine
-            .iter()
-            .map(|r| r.entry.detail.clone().unwrap())
-            .collect();
+        let details: Vec<_> = mine.iter().map(|r| r.entry.detail.clone().unwrap()).collect();
         let expected: Vec<_> = (0..EACH).map(|i| format!("writer {w} entry {i}")).collect();
         assert_eq!(details, expected, "writer {w}'s records, in its own order");
     }
@@ -701,9 +629,7 @@ fn read_records_filters_by_session_and_seq() {
     assert_eq!(s1.iter().map(|r| r.seq).collect::<Vec<_>>(), [1, 4, 7, 10]);
     let since = read_records(state.path(), Some("s1"), Some(5)).unwrap();
     assert_eq!(since.iter().map(|r| r.seq).collect::<Vec<_>>(), [7, 10]);
-    assert!(read_records(state.path(), Some("nobody"), None)
-        .unwrap()
-        .is_empty());
+    assert!(read_records(state.path(), Some("nobody"), None).unwrap().is_empty());
 }
 
 #[test]
@@ -754,10 +680,7 @@ fn format_human_is_one_escaped_line() {
         line.starts_with(&format!("#1 {} run_end session=abc", rec.time)),
         "{line}"
     );
-    assert!(
-        line.contains("exit=1") && line.contains("timed_out"),
-        "{line}"
-    );
+    assert!(line.contains("exit=1") && line.contains("timed_out"), "{line}");
     assert!(!line.contains('\n') && !line.contains('\x1b'), "{line:?}");
     assert!(line.contains(r"\n") && line.contains(r"\u{1b}"), "{line}");
 }
@@ -778,10 +701,7 @@ fn redaction_table() {
             "git clone git@github.com:org/repo.git",
             "git clone git@github.com:org/repo.git",
         ),
-        (
-            "curl https://example.com/a?q=1",
-            "curl https://example.com/a?q=1",
-        ),
+        ("curl https://example.com/a?q=1", "curl https://example.com/a?q=1"),
         ("grep -r AKIA src/", "grep -r AKIA src/"),
         (
             "du -sh disk-aaaaaaaaaaaaaaaaaaaaaaaaaaaa",
@@ -797,10 +717,7 @@ fn redaction_table() {
         ("tool --password hunter2 x", "tool --password *** x"),
         ("tool --token abc", "tool --token ***"),
         ("tool --secret 'a b c' next", "tool --secret *** next"),
-        (
-            "tool --api-key=abc --apikey=def",
-            "tool --api-key=*** --apikey=***",
-        ),
+        ("tool --api-key=abc --apikey=def", "tool --api-key=*** --apikey=***"),
         ("tool --access-token=abc", "tool --access-token=***"),
         ("tool --auth user:pw", "tool --auth ***"),
         ("tool --db-password=x", "tool --db-password=***"),
@@ -838,10 +755,7 @@ fn redaction_table() {
             "x private_key=k passwd=p db_credentials=c",
             "x private_key=*** passwd=*** db_credentials=***",
         ),
-        (
-            "java -Dapp.password=pw -jar a",
-            "java -Dapp.password=*** -jar a",
-        ),
+        ("java -Dapp.password=pw -jar a", "java -Dapp.password=*** -jar a"),
         (
             "curl 'https://h/api?token=abc&x=1'",
             "curl 'https://h/api?token=***&x=1'",
@@ -858,10 +772,7 @@ fn redaction_table() {
         // Credential shapes.
         ("echo sk-abcdefghijklmnopqrstuvwx", "echo sk-***"),
         ("gh ghp_abcdefghijklmnopqrstuvwxyz0123456789", "gh ghp_***"),
-        (
-            "x github_pat_11ABCDEFG0123456789_abcdefghij",
-            "x github_pat_***",
-        ),
+        ("x github_pat_11ABCDEFG0123456789_abcdefghij", "x github_pat_***"),
         ("slack xoxb-123456789012-abcdef", "slack xoxb-***"),
         ("aws AKIAIOSFODNN7EXAMPLE", "aws AKIA***"),
         ("k=AIzaSyA1234567890abcdefghijklmnopqrstuv", "k=AIza***"),
@@ -875,9 +786,7 @@ fn redaction_table() {
     for (input, expected) in cases {
         let got = redact(input);
         if got != *expected {
-            failures.push(format!(
-                "redact({input:?}) = {got:?}, expected {expected:?}"
-            ));
+            failures.push(format!("redact({input:?}) = {got:?}, expected {expected:?}"));
         }
         if redact(&got) != got {
             failures.push(format!("redact is not idempotent on {input:?}"));
@@ -939,10 +848,7 @@ fn redaction_survives_arbitrary_text() {
             .collect();
         let out = redact(&text);
         // Only ever replaces: every character kept came from the input.
-        assert!(
-            out.chars().all(|c| c == '*' || text.contains(c)),
-            "{text:?} -> {out:?}"
-        );
+        assert!(out.chars().all(|c| c == '*' || text.contains(c)), "{text:?} -> {out:?}");
         assert!(
             !out.contains("******"),
             "adjacent spans must merge: {text:?} -> {out:?}"

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use audit_scratch::audit::{verify, AuditEntry, AuditLog, EntryKind};
+use tether_exec::audit::{verify, AuditEntry, AuditLog, EntryKind};
 
 fn entry(i: u64) -> AuditEntry {
     let mut e = AuditEntry::new(if i.is_multiple_of(2) {
@@ -64,10 +64,7 @@ fn main() {
     let per = fill.elapsed() / (VERIFY_RECORDS - APPENDS) as u32;
     println!(
         "filled to {VERIFY_RECORDS} records ({:.1} MB log), mean append {:.1} us",
-        std::fs::metadata(state.path().join("audit/log.jsonl"))
-            .unwrap()
-            .len() as f64
-            / 1e6,
+        std::fs::metadata(state.path().join("audit/log.jsonl")).unwrap().len() as f64 / 1e6,
         per.as_secs_f64() * 1e6
     );
     drop(log);

@@ -205,18 +205,16 @@ pub enum AuditError {
     Json(#[from] serde_json::Error),
     #[error("audit host key {path}: {message}")]
     Key { path: PathBuf, message: String },
-    #[error("audit database schema version {found} is newer than this build understands ({supported}); upgrade tether-exec")]
+    #[error(
+        "audit database schema version {found} is newer than this build understands ({supported}); upgrade tether-exec"
+    )]
     SchemaTooNew { found: i64, supported: i64 },
     #[error("{path}: {message}; refusing to append (run `audit verify`)")]
     LogMismatch { path: PathBuf, message: String },
     #[error("no audit log under {0}")]
     NotFound(PathBuf),
     #[error("{path}:{line}: not an audit record: {message}")]
-    Corrupt {
-        path: PathBuf,
-        line: u64,
-        message: String,
-    },
+    Corrupt { path: PathBuf, line: u64, message: String },
 }
 
 fn io_err(context: impl Into<String>) -> impl FnOnce(io::Error) -> AuditError {
@@ -379,12 +377,7 @@ struct Encoded {
 }
 
 impl Encoded {
-    fn new(
-        seq: u64,
-        time: &str,
-        prev: &str,
-        entry: &AuditEntry,
-    ) -> Result<Encoded, serde_json::Error> {
+    fn new(seq: u64, time: &str, prev: &str, entry: &AuditEntry) -> Result<Encoded, serde_json::Error> {
         let mut prefix = String::with_capacity(160);
         prefix.push_str("{\"seq\":");
         prefix.push_str(&seq.to_string());
@@ -417,14 +410,9 @@ impl Encoded {
     }
 
     fn line(&self, hash: &str) -> Vec<u8> {
-        [
-            self.prefix.as_str(),
-            &Self::hash_field(hash),
-            self.fields(),
-            "\n",
-        ]
-        .concat()
-        .into_bytes()
+        [self.prefix.as_str(), &Self::hash_field(hash), self.fields(), "\n"]
+            .concat()
+            .into_bytes()
     }
 }
 
@@ -517,6 +505,10 @@ impl AuditLog {
         }
         if let Some(detail) = entry.detail.take() {
             entry.detail = Some(redact(&detail));
+        }
+        // Rule explanations quote the command they judged: same redaction.
+        if let Some(rules) = entry.rules.take() {
+            entry.rules = Some(rules.iter().map(|r| redact(r)).collect());
         }
         self.conn.execute_batch("BEGIN IMMEDIATE")?;
         match self.append_locked(entry) {
@@ -616,10 +608,9 @@ impl AuditLog {
             .duration_since(UNIX_EPOCH)
             .unwrap_or(Duration::ZERO)
             .as_nanos();
-        let path = self.dir.join(format!(
-            "{QUARANTINE_PREFIX}{:020}-{nanos}.jsonl",
-            head.seq + 1
-        ));
+        let path = self
+            .dir
+            .join(format!("{QUARANTINE_PREFIX}{:020}-{nanos}.jsonl", head.seq + 1));
         let context = format!(
             "cannot quarantine the uncommitted tail of {} into {}",
             self.log_path.display(),
@@ -636,8 +627,7 @@ impl AuditLog {
         reader
             .seek(SeekFrom::Start(head.log_len))
             .map_err(io_err(context.clone()))?;
-        io::copy(&mut reader.take(len - head.log_len), &mut out)
-            .map_err(io_err(context.clone()))?;
+        io::copy(&mut reader.take(len - head.log_len), &mut out).map_err(io_err(context.clone()))?;
         out.sync_all().map_err(io_err(context.clone()))?;
         self.log.set_len(head.log_len).map_err(io_err(context))?;
         Ok(())
@@ -665,21 +655,14 @@ impl AuditLog {
     fn insert_checkpoint(&self, seq: u64, hash: &str) -> Result<(), AuditError> {
         let signature = self.key.sign(checkpoint_message(seq, hash).as_bytes());
         self.conn
-            .prepare_cached(
-                "INSERT OR IGNORE INTO checkpoints(seq, hash, signature) VALUES (?1, ?2, ?3)",
-            )?
-            .execute(rusqlite::params![
-                to_i64(seq)?,
-                hash,
-                hex::encode(signature.to_bytes())
-            ])?;
+            .prepare_cached("INSERT OR IGNORE INTO checkpoints(seq, hash, signature) VALUES (?1, ?2, ?3)")?
+            .execute(rusqlite::params![to_i64(seq)?, hash, hex::encode(signature.to_bytes())])?;
         Ok(())
     }
 }
 
 fn to_i64(value: u64) -> Result<i64, AuditError> {
-    i64::try_from(value)
-        .map_err(|_| AuditError::Db(rusqlite::Error::IntegralValueOutOfRange(0, i64::MAX)))
+    i64::try_from(value).map_err(|_| AuditError::Db(rusqlite::Error::IntegralValueOutOfRange(0, i64::MAX)))
 }
 
 fn read_head(conn: &Connection) -> Result<Head, AuditError> {
@@ -689,8 +672,7 @@ fn read_head(conn: &Connection) -> Result<Head, AuditError> {
     Ok(Head {
         seq: u64::try_from(seq).map_err(|_| rusqlite::Error::IntegralValueOutOfRange(0, seq))?,
         hash,
-        log_len: u64::try_from(log_len)
-            .map_err(|_| rusqlite::Error::IntegralValueOutOfRange(2, log_len))?,
+        log_len: u64::try_from(log_len).map_err(|_| rusqlite::Error::IntegralValueOutOfRange(2, log_len))?,
     })
 }
 
@@ -706,18 +688,13 @@ fn open_log(path: &Path) -> Result<File, AuditError> {
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW)
         .open(path)
-        .map_err(io_err(format!(
-            "cannot open {} for appending",
-            path.display()
-        )))
+        .map_err(io_err(format!("cannot open {} for appending", path.display())))
 }
 
 fn open_db(path: &Path) -> Result<Connection, AuditError> {
     let conn = Connection::open_with_flags(
         path,
-        OpenFlags::SQLITE_OPEN_READ_WRITE
-            | OpenFlags::SQLITE_OPEN_CREATE
-            | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )?;
     conn.busy_timeout(BUSY_TIMEOUT)?;
     // WAL: readers (verify, `audit show`) never block the writer, and a
@@ -726,11 +703,14 @@ fn open_db(path: &Path) -> Result<Connection, AuditError> {
     // database stays consistent on power loss and may lose the last commits,
     // which `verify` reports (see "Durability trade-off"). Together they keep
     // an append to tens of microseconds.
-    let mode: String = conn.query_row("PRAGMA journal_mode", [], |row| row.get(0))?;
+    // Many launchers may open a fresh directory at once: these steps can report
+    // BUSY without waiting on the busy handler, so they are retried.
+    let mode: String = crate::approval::retry_busy(|| conn.query_row("PRAGMA journal_mode", [], |row| row.get(0)))?;
     if !mode.eq_ignore_ascii_case("wal") {
-        let _: String = conn.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))?;
+        let _: String =
+            crate::approval::retry_busy(|| conn.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0)))?;
     }
-    conn.execute_batch("PRAGMA synchronous = NORMAL")?;
+    crate::approval::retry_busy(|| conn.execute_batch("PRAGMA synchronous = NORMAL"))?;
     migrate(&conn)?;
     Ok(conn)
 }
@@ -739,11 +719,11 @@ fn open_db(path: &Path) -> Result<Connection, AuditError> {
 /// opening a fresh directory at once do not both create the tables.
 fn migrate(conn: &Connection) -> Result<(), AuditError> {
     let supported = MIGRATIONS.len() as i64;
-    let current: i64 = conn.query_row("PRAGMA user_version", [], |row| row.get(0))?;
+    let current: i64 = crate::approval::retry_busy(|| conn.query_row("PRAGMA user_version", [], |row| row.get(0)))?;
     if current == supported {
         return Ok(());
     }
-    conn.execute_batch("BEGIN IMMEDIATE")?;
+    crate::approval::retry_busy(|| conn.execute_batch("BEGIN IMMEDIATE"))?;
     let result = (|| {
         let current: i64 = conn.query_row("PRAGMA user_version", [], |row| row.get(0))?;
         if current > supported {
@@ -779,21 +759,14 @@ fn load_or_create_key(dir: &Path) -> Result<SigningKey, AuditError> {
         Ok(key) => key,
         Err(err) if err.kind() == io::ErrorKind::NotFound => {
             let mut secret = [0u8; 32];
-            getrandom::fill(&mut secret)
-                .map_err(|e| key_err(format!("no randomness for a new key: {e}")))?;
+            getrandom::fill(&mut secret).map_err(|e| key_err(format!("no randomness for a new key: {e}")))?;
             let mut nonce = [0u8; 8];
             getrandom::fill(&mut nonce).map_err(|e| key_err(format!("no randomness: {e}")))?;
-            let tmp = dir.join(format!(
-                ".{KEY_FILE}.{}.{}",
-                std::process::id(),
-                hex::encode(nonce)
-            ));
-            let written = write_new_file(&tmp, &secret, 0o600).and_then(|()| {
-                match fs::hard_link(&tmp, &key_path) {
-                    Ok(()) => Ok(()),
-                    Err(err) if err.kind() == io::ErrorKind::AlreadyExists => Ok(()),
-                    Err(err) => Err(err),
-                }
+            let tmp = dir.join(format!(".{KEY_FILE}.{}.{}", std::process::id(), hex::encode(nonce)));
+            let written = write_new_file(&tmp, &secret, 0o600).and_then(|()| match fs::hard_link(&tmp, &key_path) {
+                Ok(()) => Ok(()),
+                Err(err) if err.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+                Err(err) => Err(err),
             });
             let _ = fs::remove_file(&tmp);
             written.map_err(|e| key_err(format!("cannot create: {e}")))?;
@@ -816,14 +789,9 @@ fn load_or_create_key(dir: &Path) -> Result<SigningKey, AuditError> {
         Err(err) if err.kind() == io::ErrorKind::NotFound => {
             let mut nonce = [0u8; 8];
             getrandom::fill(&mut nonce).map_err(|e| key_err(format!("no randomness: {e}")))?;
-            let tmp = dir.join(format!(
-                ".{PUB_FILE}.{}.{}",
-                std::process::id(),
-                hex::encode(nonce)
-            ));
+            let tmp = dir.join(format!(".{PUB_FILE}.{}.{}", std::process::id(), hex::encode(nonce)));
             // Racing writers write identical bytes, so a plain rename is fine.
-            let written = write_new_file(&tmp, public.as_bytes(), 0o644)
-                .and_then(|()| fs::rename(&tmp, &pub_path));
+            let written = write_new_file(&tmp, public.as_bytes(), 0o644).and_then(|()| fs::rename(&tmp, &pub_path));
             if written.is_err() {
                 let _ = fs::remove_file(&tmp);
             }
@@ -841,10 +809,7 @@ fn read_secret_key(path: &Path) -> io::Result<[u8; 32]> {
         .open(path)?;
     let meta = file.metadata()?;
     if !meta.is_file() || meta.len() != 32 {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            "not a 32-byte regular file",
-        ));
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "not a 32-byte regular file"));
     }
     if meta.mode() & 0o077 != 0 {
         return Err(io::Error::new(
@@ -940,8 +905,7 @@ impl Snapshot {
         };
         let result = (|| {
             let head = read_head(&conn)?;
-            let mut statement =
-                conn.prepare("SELECT seq, hash, signature FROM checkpoints ORDER BY seq")?;
+            let mut statement = conn.prepare("SELECT seq, hash, signature FROM checkpoints ORDER BY seq")?;
             let checkpoints = statement
                 .query_map([], |row| {
                     let seq: i64 = row.get(0)?;
@@ -967,11 +931,7 @@ impl Snapshot {
 
 fn read_log_bytes(dir: &Path) -> Result<Vec<u8>, AuditError> {
     let path = dir.join(LOG_FILE);
-    let mut file = match OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&path)
-    {
+    let mut file = match OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(&path) {
         Ok(file) => file,
         // A missing log is an empty log; the head tells whether it should be.
         Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -991,11 +951,7 @@ fn list_quarantine(dir: &Path) -> Result<Vec<(u64, String)>, AuditError> {
         let entry = entry.map_err(io_err(format!("cannot list {}", dir.display())))?;
         let name = entry.file_name().to_string_lossy().into_owned();
         if let Some(rest) = name.strip_prefix(QUARANTINE_PREFIX) {
-            let seq = rest
-                .split('-')
-                .next()
-                .and_then(|s| s.parse().ok())
-                .unwrap_or(0);
+            let seq = rest.split('-').next().and_then(|s| s.parse().ok()).unwrap_or(0);
             found.push((seq, name));
         }
     }
@@ -1006,13 +962,10 @@ fn list_quarantine(dir: &Path) -> Result<Vec<(u64, String)>, AuditError> {
 /// Loads the key that checkpoints must verify with, cross-checked against
 /// the private key when we can read it (as the launcher's user can).
 fn verifying_key(dir: &Path) -> Result<VerifyingKey, String> {
-    let text =
-        fs::read_to_string(dir.join(PUB_FILE)).map_err(|e| format!("cannot read host.pub: {e}"))?;
+    let text = fs::read_to_string(dir.join(PUB_FILE)).map_err(|e| format!("cannot read host.pub: {e}"))?;
     let mut bytes = [0u8; 32];
-    hex::decode_to_slice(text.trim(), &mut bytes)
-        .map_err(|e| format!("host.pub is not 32 bytes of hex: {e}"))?;
-    let public = VerifyingKey::from_bytes(&bytes)
-        .map_err(|e| format!("host.pub is not an Ed25519 key: {e}"))?;
+    hex::decode_to_slice(text.trim(), &mut bytes).map_err(|e| format!("host.pub is not 32 bytes of hex: {e}"))?;
+    let public = VerifyingKey::from_bytes(&bytes).map_err(|e| format!("host.pub is not an Ed25519 key: {e}"))?;
     if let Ok(secret) = read_secret_key(&dir.join(KEY_FILE)) {
         if SigningKey::from_bytes(&secret).verifying_key() != public {
             return Err("host.pub does not belong to host.key".into());
@@ -1021,14 +974,10 @@ fn verifying_key(dir: &Path) -> Result<VerifyingKey, String> {
     Ok(public)
 }
 
-fn checkpoint_signature_ok(
-    key: &Result<VerifyingKey, String>,
-    row: &CheckpointRow,
-) -> Result<(), String> {
+fn checkpoint_signature_ok(key: &Result<VerifyingKey, String>, row: &CheckpointRow) -> Result<(), String> {
     let key = key.as_ref().map_err(Clone::clone)?;
     let mut bytes = [0u8; 64];
-    hex::decode_to_slice(&row.signature, &mut bytes)
-        .map_err(|_| "signature is not 64 bytes of hex".to_string())?;
+    hex::decode_to_slice(&row.signature, &mut bytes).map_err(|_| "signature is not 64 bytes of hex".to_string())?;
     key.verify_strict(
         checkpoint_message(row.seq, &row.hash).as_bytes(),
         &Signature::from_bytes(&bytes),
@@ -1074,8 +1023,7 @@ struct ChainPrefix {
 fn parse_chain_prefix(line: &[u8]) -> Option<ChainPrefix> {
     let mut at = 0;
     let expect = |at: &mut usize, literal: &[u8]| -> Option<()> {
-        line.get(*at..*at + literal.len())
-            .filter(|got| *got == literal)?;
+        line.get(*at..*at + literal.len()).filter(|got| *got == literal)?;
         *at += literal.len();
         Some(())
     };
@@ -1084,10 +1032,7 @@ fn parse_chain_prefix(line: &[u8]) -> Option<ChainPrefix> {
     if digits == 0 || (digits > 1 && line[at] == b'0') {
         return None;
     }
-    let seq = std::str::from_utf8(&line[at..at + digits])
-        .ok()?
-        .parse()
-        .ok()?;
+    let seq = std::str::from_utf8(&line[at..at + digits]).ok()?.parse().ok()?;
     at += digits;
     expect(&mut at, b",\"time\":\"")?;
     // Our timestamps never need escaping; anything else is not our layout.
@@ -1171,8 +1116,7 @@ fn parse_line(line: &[u8], scratch: &mut Vec<u8>) -> Result<ParsedLine, LineFaul
     scratch.clear();
     scratch.push(b'{');
     scratch.extend_from_slice(fields);
-    serde_json::from_slice::<AuditEntry>(scratch)
-        .map_err(|e| LineFault::Unreadable(e.to_string()))?;
+    serde_json::from_slice::<AuditEntry>(scratch).map_err(|e| LineFault::Unreadable(e.to_string()))?;
     let mut hasher = Sha256::new();
     hasher.update(&line[..prefix.body_end]);
     hasher.update(b",");
@@ -1190,13 +1134,9 @@ fn parse_line(line: &[u8], scratch: &mut Vec<u8>) -> Result<ParsedLine, LineFaul
 fn parse_lines(lines: &[&[u8]]) -> Vec<Result<ParsedLine, LineFault>> {
     let sequential = |part: &[&[u8]]| {
         let mut scratch = Vec::new();
-        part.iter()
-            .map(|l| parse_line(l, &mut scratch))
-            .collect::<Vec<_>>()
+        part.iter().map(|l| parse_line(l, &mut scratch)).collect::<Vec<_>>()
     };
-    let workers = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(8);
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).min(8);
     if workers < 2 || lines.len() < 4096 {
         return sequential(lines);
     }
@@ -1205,8 +1145,7 @@ fn parse_lines(lines: &[&[u8]]) -> Vec<Result<ParsedLine, LineFault>> {
         let spawned: Vec<_> = lines
             .chunks(chunk)
             .map(|part| {
-                let handle =
-                    std::thread::Builder::new().spawn_scoped(scope, move || sequential(part));
+                let handle = std::thread::Builder::new().spawn_scoped(scope, move || sequential(part));
                 (part, handle)
             })
             .collect();
@@ -1283,15 +1222,14 @@ impl Verifier<'_> {
             checkpoints: 0,
             problem: None,
         };
-        let fail =
-            |report: &mut VerifyReport, seq: u64, line: u64, kind: ProblemKind, detail: String| {
-                report.problem = Some(Problem {
-                    seq,
-                    line,
-                    kind,
-                    detail,
-                });
-            };
+        let fail = |report: &mut VerifyReport, seq: u64, line: u64, kind: ProblemKind, detail: String| {
+            report.problem = Some(Problem {
+                seq,
+                line,
+                kind,
+                detail,
+            });
+        };
 
         let mut next_checkpoint = 0usize;
         let mut prev_hash = GENESIS_DIGEST;
@@ -1302,13 +1240,7 @@ impl Verifier<'_> {
             let expected = line;
             if expected > trusted_end {
                 let detail = self.forged_detail(line, trusted_end);
-                fail(
-                    &mut report,
-                    expected,
-                    line,
-                    ProblemKind::ForgedAppend,
-                    detail,
-                );
+                fail(&mut report, expected, line, ProblemKind::ForgedAppend, detail);
                 return report;
             }
             let record = match parsed {
@@ -1382,8 +1314,7 @@ impl Verifier<'_> {
                 return report;
             }
 
-            while next_checkpoint < self.snap.checkpoints.len()
-                && self.snap.checkpoints[next_checkpoint].seq < expected
+            while next_checkpoint < self.snap.checkpoints.len() && self.snap.checkpoints[next_checkpoint].seq < expected
             {
                 // Checkpoint rows for seq 0 (never written by us) or skipped
                 // over; handled after the walk.
@@ -1427,9 +1358,7 @@ impl Verifier<'_> {
                     expected,
                     line,
                     ProblemKind::BadCheckpoint,
-                    format!(
-                        "the checkpoint required at seq {expected} is missing from the database"
-                    ),
+                    format!("the checkpoint required at seq {expected} is missing from the database"),
                 );
                 return report;
             }
@@ -1460,13 +1389,7 @@ impl Verifier<'_> {
                     head.seq
                 )
             };
-            fail(
-                &mut report,
-                present + 1,
-                present + 1,
-                ProblemKind::Truncated,
-                detail,
-            );
+            fail(&mut report, present + 1, present + 1, ProblemKind::Truncated, detail);
             return report;
         }
         if let Some((row, ok)) = self
@@ -1526,16 +1449,11 @@ impl Verifier<'_> {
     }
 
     fn classify_seq_jump(&self, expected: u64, found: u64, line: u64) -> (ProblemKind, String) {
-        let expected_elsewhere = self
-            .parsed
-            .iter()
-            .any(|p| p.as_ref().is_ok_and(|p| p.seq == expected));
+        let expected_elsewhere = self.parsed.iter().any(|p| p.as_ref().is_ok_and(|p| p.seq == expected));
         if found > expected && !expected_elsewhere {
             (
                 ProblemKind::Missing,
-                format!(
-                    "line {line} holds seq {found}; record {expected} is not in the log (deleted)"
-                ),
+                format!("line {line} holds seq {found}; record {expected} is not in the log (deleted)"),
             )
         } else {
             (
@@ -1555,9 +1473,7 @@ impl Verifier<'_> {
     }
 
     fn hash_exists(&self, hash: &Digest32) -> bool {
-        self.parsed
-            .iter()
-            .any(|p| p.as_ref().is_ok_and(|p| p.hash == *hash))
+        self.parsed.iter().any(|p| p.as_ref().is_ok_and(|p| p.hash == *hash))
     }
 }
 
@@ -1691,8 +1607,7 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
     let day_of_era = z.rem_euclid(146_097);
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let year_of_era = (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
     let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
     let month_index = (5 * day_of_year + 2) / 153;
     let day = (day_of_year - (153 * month_index + 2) / 5 + 1) as u32;
@@ -1840,14 +1755,7 @@ const SECRET_FLAGS: &[&str] = &[
     "access-token",
     "auth",
 ];
-const SECRET_FLAG_SUFFIXES: &[&str] = &[
-    "-password",
-    "-passwd",
-    "-token",
-    "-secret",
-    "-api-key",
-    "-apikey",
-];
+const SECRET_FLAG_SUFFIXES: &[&str] = &["-password", "-passwd", "-token", "-secret", "-api-key", "-apikey"];
 
 fn is_secret_flag(name: &str) -> bool {
     SECRET_FLAGS.contains(&name) || SECRET_FLAG_SUFFIXES.iter().any(|s| name.ends_with(s))
@@ -1913,11 +1821,7 @@ fn scan_assignments(b: &[u8], quotes: &[u8], spans: &mut Vec<(usize, usize)>) {
         let here = eq;
         eq += 1;
         let mut start = here;
-        while start > 0
-            && (b[start - 1].is_ascii_alphanumeric()
-                || b[start - 1] == b'_'
-                || b[start - 1] == b'.')
-        {
+        while start > 0 && (b[start - 1].is_ascii_alphanumeric() || b[start - 1] == b'_' || b[start - 1] == b'.') {
             start -= 1;
         }
         if start == here || !(b[start].is_ascii_alphabetic() || b[start] == b'_') {
@@ -1925,12 +1829,7 @@ fn scan_assignments(b: &[u8], quotes: &[u8], spans: &mut Vec<(usize, usize)>) {
         }
         let before = if start == 0 { b' ' } else { b[start - 1] };
         let query = before == b'?' || before == b'&';
-        if !(query
-            || is_word_start_boundary(before)
-            || before == b'-'
-            || before == b'{'
-            || before == b',')
-        {
+        if !(query || is_word_start_boundary(before) || before == b'-' || before == b'{' || before == b',') {
             continue;
         }
         if !is_secret_name(&String::from_utf8_lossy(&b[start..here])) {
@@ -1981,11 +1880,7 @@ fn scan_headers(b: &[u8], spans: &mut Vec<(usize, usize)>) {
         let json_key = colon > 0 && b[colon - 1] == b'"';
         let name_end = if json_key { colon - 1 } else { colon };
         let mut start = name_end;
-        while start > 0
-            && (b[start - 1].is_ascii_alphanumeric()
-                || b[start - 1] == b'-'
-                || b[start - 1] == b'_')
-        {
+        while start > 0 && (b[start - 1].is_ascii_alphanumeric() || b[start - 1] == b'-' || b[start - 1] == b'_') {
             start -= 1;
         }
         if start == name_end {
@@ -2047,10 +1942,7 @@ fn is_key_char(c: u8) -> bool {
 }
 
 fn run_len(b: &[u8], start: usize, accept: impl Fn(u8) -> bool) -> usize {
-    b[start.min(b.len())..]
-        .iter()
-        .take_while(|&&c| accept(c))
-        .count()
+    b[start.min(b.len())..].iter().take_while(|&&c| accept(c)).count()
 }
 
 /// Well-known credential shapes; keeps the prefix, hides the rest.
@@ -2064,11 +1956,7 @@ fn scan_key_shapes(b: &[u8], spans: &mut Vec<(usize, usize)>) {
         (b"ghs_", |c| c.is_ascii_alphanumeric(), 20),
         (b"ghu_", |c| c.is_ascii_alphanumeric(), 20),
         (b"ghr_", |c| c.is_ascii_alphanumeric(), 20),
-        (
-            b"github_pat_",
-            |c| c.is_ascii_alphanumeric() || c == b'_',
-            20,
-        ),
+        (b"github_pat_", |c| c.is_ascii_alphanumeric() || c == b'_', 20),
         (b"xoxb-", |c| c.is_ascii_alphanumeric() || c == b'-', 10),
         (b"xoxa-", |c| c.is_ascii_alphanumeric() || c == b'-', 10),
         (b"xoxp-", |c| c.is_ascii_alphanumeric() || c == b'-', 10),
@@ -2183,10 +2071,7 @@ mod tests {
         let without_newline = &line[..line.len() - 1];
         assert_eq!(parse_record(without_newline).unwrap(), record);
         let parsed = parse_line(without_newline, &mut Vec::new()).ok().unwrap();
-        assert_eq!(
-            parsed.computed, parsed.hash,
-            "raw-byte hash equals the canonical hash"
-        );
+        assert_eq!(parsed.computed, parsed.hash, "raw-byte hash equals the canonical hash");
         assert_eq!(parsed.seq, u64::MAX);
         assert!(parse_line(&line[..line.len() - 2], &mut Vec::new()).is_err());
     }

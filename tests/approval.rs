@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use approval_scratch::approval::*;
 use rusqlite::{params, Connection};
 use tempfile::TempDir;
+use tether_exec::approval::*;
 
 const T0: u64 = 1_700_000_000_000;
 const TTL_SECONDS: u64 = 600;
@@ -78,8 +78,7 @@ impl Fx {
     }
 
     fn key(&self, name: &str, trusted: bool) -> ApproverKey {
-        let key =
-            ApproverKey::load_or_create(&self.dir.path().join(format!("keys/{name}.key"))).unwrap();
+        let key = ApproverKey::load_or_create(&self.dir.path().join(format!("keys/{name}.key"))).unwrap();
         if trusted {
             self.store.trust(&key.public_bytes()).unwrap();
         }
@@ -117,9 +116,7 @@ impl Fx {
 
     fn raw_state(&self, id: &str) -> String {
         self.raw()
-            .query_row("SELECT state FROM actions WHERE id = ?1", [id], |r| {
-                r.get(0)
-            })
+            .query_row("SELECT state FROM actions WHERE id = ?1", [id], |r| r.get(0))
             .unwrap()
     }
 }
@@ -139,9 +136,7 @@ fn refused(r: Result<Resume, ApprovalError>) -> ApprovalError {
 }
 
 fn is_hex(s: &str, len: usize) -> bool {
-    s.len() == len
-        && s.bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    s.len() == len && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// Copies every evidence row of `from` onto action `to`, as new rows.
@@ -163,11 +158,7 @@ fn copy_evidence(raw: &Connection, from: &str, to: &str) {
 fn hold_pending_get_stdin_round_trip() {
     let fx = Fx::new();
     let a = fx.store.hold(request(None)).unwrap();
-    assert!(
-        a.id.starts_with("apr_") && is_hex(&a.id[4..], 16),
-        "{}",
-        a.id
-    );
+    assert!(a.id.starts_with("apr_") && is_hex(&a.id[4..], 16), "{}", a.id);
     assert!(
         a.session.starts_with("ses_") && is_hex(&a.session[4..], 8),
         "{}",
@@ -243,16 +234,10 @@ fn stdin_is_bounded_and_must_match_its_digest() {
 
     let mut req = request(None);
     req.intent.script = Some("echo hi".into());
-    assert!(matches!(
-        fx.store.hold(req),
-        Err(ApprovalError::InvalidRequest(_))
-    ));
+    assert!(matches!(fx.store.hold(req), Err(ApprovalError::InvalidRequest(_))));
     let mut req = request(None);
     req.required_approvals = 0;
-    assert!(matches!(
-        fx.store.hold(req),
-        Err(ApprovalError::InvalidRequest(_))
-    ));
+    assert!(matches!(fx.store.hold(req), Err(ApprovalError::InvalidRequest(_))));
     assert_eq!(fx.store.pending().unwrap().len(), 1);
 }
 
@@ -260,18 +245,12 @@ fn stdin_is_bounded_and_must_match_its_digest() {
 fn approve_run_finish_then_already_ran() {
     let mut fx = Fx::new();
     let held = fx.store.hold(request(None)).unwrap();
-    assert!(matches!(
-        fx.resume(&held),
-        Ok(Resume::Pending { have: 0, need: 1 })
-    ));
+    assert!(matches!(fx.resume(&held), Ok(Resume::Pending { have: 0, need: 1 })));
     let approved = fx.store.approve(&held.id, &fx.key, T0).unwrap();
     assert_eq!(approved.state, ActionState::Approved);
     assert_eq!(approved.approvals.len(), 1);
     assert_eq!(approved.approvals[0].approver_key_id, fx.key.key_id());
-    assert_eq!(
-        approved.approvals[0].expires_at_unix_ms,
-        Some(T0 + TTL_SECONDS * 1000)
-    );
+    assert_eq!(approved.approvals[0].expires_at_unix_ms, Some(T0 + TTL_SECONDS * 1000));
     assert!(fx.store.pending().unwrap().is_empty());
 
     let ticket = run(fx.resume(&approved));
@@ -300,15 +279,9 @@ fn approve_run_finish_then_already_ran() {
 fn reject_is_final() {
     let fx = Fx::new();
     let held = fx.hold_approved(request(None));
-    let rejected = fx
-        .store
-        .reject(&held.id, "deletes the release build", &fx.key)
-        .unwrap();
+    let rejected = fx.store.reject(&held.id, "deletes the release build", &fx.key).unwrap();
     assert_eq!(rejected.state, ActionState::Rejected);
-    assert_eq!(
-        rejected.rejected_by.as_deref(),
-        Some(fx.key.key_id().as_str())
-    );
+    assert_eq!(rejected.rejected_by.as_deref(), Some(fx.key.key_id().as_str()));
     match fx.resume(&held) {
         Ok(Resume::Rejected(reason)) => assert_eq!(reason, "deletes the release build"),
         other => panic!("expected Rejected, got {other:?}"),
@@ -333,11 +306,9 @@ fn tampered_signature_payload_or_domain_fails_closed() {
     // One flipped signature byte.
     let a = fx.hold_approved(request(None));
     let sig: Vec<u8> = raw
-        .query_row(
-            "SELECT signature FROM evidence WHERE action = ?1",
-            [&a.id],
-            |r| r.get(0),
-        )
+        .query_row("SELECT signature FROM evidence WHERE action = ?1", [&a.id], |r| {
+            r.get(0)
+        })
         .unwrap();
     let mut bad = sig.clone();
     bad[10] ^= 0x01;
@@ -358,11 +329,9 @@ fn tampered_signature_payload_or_domain_fails_closed() {
 
     // A widened expiry in the payload text.
     let payload: String = raw
-        .query_row(
-            "SELECT payload_json FROM evidence WHERE action = ?1",
-            [&a.id],
-            |r| r.get(0),
-        )
+        .query_row("SELECT payload_json FROM evidence WHERE action = ?1", [&a.id], |r| {
+            r.get(0)
+        })
         .unwrap();
     let mut p: EvidencePayload = serde_json::from_str(&payload).unwrap();
     p.expires_at_unix_ms += 1_000_000;
@@ -405,9 +374,7 @@ fn evidence_from_an_untrusted_key_is_refused() {
     // The API refuses an untrusted approver outright.
     let a = fx.store.hold(request(None)).unwrap();
     let err = fx.store.approve(&a.id, &mallory, T0).unwrap_err();
-    assert!(
-        matches!(err, ApprovalError::UntrustedApprover { ref key_id } if *key_id == mallory.key_id())
-    );
+    assert!(matches!(err, ApprovalError::UntrustedApprover { ref key_id } if *key_id == mallory.key_id()));
 
     // Evidence that Mallory signs herself and inserts raw.
     let template = fx.hold_approved(request(None));
@@ -430,14 +397,7 @@ fn evidence_from_an_untrusted_key_is_refused() {
     raw.execute(
         "INSERT INTO evidence (action, approver_key_id, nonce, payload_json, signature, \
          created_unix_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        params![
-            a.id,
-            mallory.key_id(),
-            p.nonce,
-            json,
-            sig.as_slice(),
-            T0 as i64
-        ],
+        params![a.id, mallory.key_id(), p.nonce, json, sig.as_slice(), T0 as i64],
     )
     .unwrap();
     let err = refused(fx.resume(&a));
@@ -468,10 +428,7 @@ fn evidence_replayed_across_actions_and_sessions_fails_closed() {
     copy_evidence(&raw, &a.id, &b.id);
     let err = refused(fx.resume(&b));
     let msg = err.to_string();
-    assert!(
-        matches!(err, ApprovalError::EvidenceMismatch { .. }),
-        "{err:?}"
-    );
+    assert!(matches!(err, ApprovalError::EvidenceMismatch { .. }), "{err:?}");
     assert!(msg.contains("action id"), "{msg}");
     assert!(msg.contains("idempotency key"), "{msg}");
     assert!(!msg.contains("session ("), "{msg}");
@@ -480,10 +437,7 @@ fn evidence_replayed_across_actions_and_sessions_fails_closed() {
     let c = fx.store.hold(request(Some("ses_agent2"))).unwrap();
     copy_evidence(&raw, &a.id, &c.id);
     let msg = refused(fx.resume(&c)).to_string();
-    assert!(
-        msg.contains("session (signed ses_agent1, stored ses_agent2)"),
-        "{msg}"
-    );
+    assert!(msg.contains("session (signed ses_agent1, stored ses_agent2)"), "{msg}");
     assert!(msg.contains("action id"), "{msg}");
 
     // Only the session: the approved action moved into the attacker's session
@@ -494,22 +448,13 @@ fn evidence_replayed_across_actions_and_sessions_fails_closed() {
         [],
     )
     .unwrap();
-    raw.execute(
-        "UPDATE actions SET session = 'ses_evil' WHERE id = ?1",
-        [&d.id],
-    )
-    .unwrap();
+    raw.execute("UPDATE actions SET session = 'ses_evil' WHERE id = ?1", [&d.id])
+        .unwrap();
     let moved = fx.store.get(&d.id).unwrap();
     let err = refused(fx.resume(&moved));
     let msg = err.to_string();
-    assert!(
-        matches!(err, ApprovalError::EvidenceMismatch { .. }),
-        "{err:?}"
-    );
-    assert!(
-        msg.contains("session (signed ses_agent1, stored ses_evil)"),
-        "{msg}"
-    );
+    assert!(matches!(err, ApprovalError::EvidenceMismatch { .. }), "{err:?}");
+    assert!(msg.contains("session (signed ses_agent1, stored ses_evil)"), "{msg}");
     assert!(!msg.contains("action id"), "{msg}");
 
     // Only the idempotency key: the row re-created under the same id.
@@ -523,10 +468,7 @@ fn evidence_replayed_across_actions_and_sessions_fails_closed() {
     let recreated = fx.store.get(&e.id).unwrap();
     let msg = refused(fx.resume(&recreated)).to_string();
     assert!(msg.contains("idempotency key"), "{msg}");
-    assert!(
-        !msg.contains("action id") && !msg.contains("policy"),
-        "{msg}"
-    );
+    assert!(!msg.contains("action id") && !msg.contains("policy"), "{msg}");
 }
 
 #[test]
@@ -553,10 +495,7 @@ fn evidence_replayed_across_policy_fails_closed() {
     let swapped = fx.store.get(&f.id).unwrap();
     let err = refused(fx.resume(&swapped));
     let msg = err.to_string();
-    assert!(
-        matches!(err, ApprovalError::EvidenceMismatch { .. }),
-        "{err:?}"
-    );
+    assert!(matches!(err, ApprovalError::EvidenceMismatch { .. }), "{err:?}");
     assert!(msg.contains("policy digest"), "{msg}");
     assert!(!msg.contains("action id"), "{msg}");
 
@@ -602,10 +541,7 @@ fn changed_intent_is_refused_naming_the_part() {
     cur.intent.argv = None;
     cur.intent.script = Some("rm -rf build".into());
     let msg = refused(fx.store.begin_resume(&held.id, &cur, T0 + 1)).to_string();
-    assert!(
-        msg.contains("argv changed") && msg.contains("script changed"),
-        "{msg}"
-    );
+    assert!(msg.contains("argv changed") && msg.contains("script changed"), "{msg}");
 
     // None of the refusals consumed anything.
     assert_eq!(fx.raw_state(&held.id), "approved");
@@ -624,9 +560,7 @@ fn changed_bindings_are_refused_naming_the_binding() {
         ("environment instance id changed", |c| {
             c.bindings.env_instance_id = "env-instance-2".into()
         }),
-        ("workspace generation changed", |c| {
-            c.bindings.workspace_generation = 8
-        }),
+        ("workspace generation changed", |c| c.bindings.workspace_generation = 8),
         ("policy digest changed", |c| {
             c.bindings.policy_digest = sha256_hex(b"policy v2")
         }),
@@ -659,16 +593,8 @@ fn wall_clock_expiry_is_exclusive() {
     let err = refused(fx.store.begin_resume(&at_instant.id, &cur, expires));
     assert!(matches!(err, ApprovalError::Expired { .. }), "{err:?}");
     assert!(err.to_string().contains("expired at unix time"), "{err}");
-    assert_eq!(
-        fx.store.get(&at_instant.id).unwrap().state,
-        ActionState::Frozen
-    );
-    assert!(fx
-        .store
-        .pending()
-        .unwrap()
-        .iter()
-        .any(|h| h.id == at_instant.id));
+    assert_eq!(fx.store.get(&at_instant.id).unwrap().state, ActionState::Frozen);
+    assert!(fx.store.pending().unwrap().iter().any(|h| h.id == at_instant.id));
     let err = refused(fx.store.begin_resume(&at_instant.id, &cur, expires + 1));
     assert!(matches!(err, ApprovalError::Expired { .. }), "{err:?}");
 
@@ -717,39 +643,23 @@ fn consumed_nonce_never_works_again_even_after_restart() {
 
     // The attacker rewinds the action and erases its result.
     let raw = fx.raw();
-    raw.execute(
-        "UPDATE actions SET state = 'approved' WHERE id = ?1",
-        [&held.id],
-    )
-    .unwrap();
+    raw.execute("UPDATE actions SET state = 'approved' WHERE id = ?1", [&held.id])
+        .unwrap();
     raw.execute("DELETE FROM results WHERE action = ?1", [&held.id])
         .unwrap();
     let err = refused(fx.resume(&held));
-    assert!(
-        matches!(err, ApprovalError::NonceReplayed { .. }),
-        "{err:?}"
-    );
+    assert!(matches!(err, ApprovalError::NonceReplayed { .. }), "{err:?}");
     assert!(err.to_string().contains("already consumed"), "{err}");
-    assert_eq!(
-        fx.raw_state(&held.id),
-        "approved",
-        "rolled back, not running"
-    );
+    assert_eq!(fx.raw_state(&held.id), "approved", "rolled back, not running");
 
     // Process restart.
     fx.reopen();
     let err = refused(fx.resume(&held));
-    assert!(
-        matches!(err, ApprovalError::NonceReplayed { .. }),
-        "{err:?}"
-    );
+    assert!(matches!(err, ApprovalError::NonceReplayed { .. }), "{err:?}");
 
     // The consumed evidence re-inserted as a brand-new row.
-    raw.execute(
-        "UPDATE evidence SET superseded = 1 WHERE action = ?1",
-        [&held.id],
-    )
-    .unwrap();
+    raw.execute("UPDATE evidence SET superseded = 1 WHERE action = ?1", [&held.id])
+        .unwrap();
     raw.execute(
         "INSERT INTO evidence (action, approver_key_id, nonce, payload_json, signature, \
          created_unix_ms, superseded) SELECT action, approver_key_id, \
@@ -760,15 +670,10 @@ fn consumed_nonce_never_works_again_even_after_restart() {
     .unwrap();
     fx.reopen();
     let err = refused(fx.resume(&held));
-    assert!(
-        matches!(err, ApprovalError::NonceReplayed { .. }),
-        "{err:?}"
-    );
+    assert!(matches!(err, ApprovalError::NonceReplayed { .. }), "{err:?}");
 
     // The ledger holds exactly the one spent nonce; nothing new was consumed.
-    let nonces: i64 = raw
-        .query_row("SELECT COUNT(*) FROM nonces", [], |r| r.get(0))
-        .unwrap();
+    let nonces: i64 = raw.query_row("SELECT COUNT(*) FROM nonces", [], |r| r.get(0)).unwrap();
     assert_eq!(nonces, 1);
 }
 
@@ -776,10 +681,7 @@ fn consumed_nonce_never_works_again_even_after_restart() {
 /// starts the run and exits without finishing, like a launcher that was killed.
 #[test]
 fn child_resume_then_exit() {
-    let (Some(state), Some(id)) = (
-        std::env::var_os(CHILD_STATE_ENV),
-        std::env::var(CHILD_ACTION_ENV).ok(),
-    ) else {
+    let (Some(state), Some(id)) = (std::env::var_os(CHILD_STATE_ENV), std::env::var(CHILD_ACTION_ENV).ok()) else {
         return; // Only does something when spawned by the parent test.
     };
     let store = ApprovalStore::open(Path::new(&state)).unwrap();
@@ -822,25 +724,16 @@ fn running_action_of_a_dead_launcher_is_interrupted() {
     assert!(fx.store.pending().unwrap().iter().any(|h| h.id == held.id));
 
     // Still interrupted on the next try; nothing ran.
-    assert!(matches!(
-        refused(fx.resume(&held)),
-        ApprovalError::Interrupted { .. }
-    ));
+    assert!(matches!(refused(fx.resume(&held)), ApprovalError::Interrupted { .. }));
 
     // The attacker un-voids the old evidence: it predates the interruption.
     let raw = fx.raw();
-    raw.execute(
-        "UPDATE evidence SET superseded = 0 WHERE action = ?1",
-        [&held.id],
-    )
-    .unwrap();
+    raw.execute("UPDATE evidence SET superseded = 0 WHERE action = ?1", [&held.id])
+        .unwrap();
     let err = refused(fx.resume(&held));
     assert!(matches!(err, ApprovalError::Interrupted { .. }), "{err:?}");
-    raw.execute(
-        "UPDATE evidence SET superseded = 1 WHERE action = ?1",
-        [&held.id],
-    )
-    .unwrap();
+    raw.execute("UPDATE evidence SET superseded = 1 WHERE action = ?1", [&held.id])
+        .unwrap();
 
     // The attacker revives the old evidence as a new row: its nonce is spent.
     raw.execute(
@@ -851,15 +744,9 @@ fn running_action_of_a_dead_launcher_is_interrupted() {
     )
     .unwrap();
     let err = refused(fx.resume(&held));
-    assert!(
-        matches!(err, ApprovalError::NonceReplayed { .. }),
-        "{err:?}"
-    );
-    raw.execute(
-        "UPDATE evidence SET superseded = 1 WHERE action = ?1",
-        [&held.id],
-    )
-    .unwrap();
+    assert!(matches!(err, ApprovalError::NonceReplayed { .. }), "{err:?}");
+    raw.execute("UPDATE evidence SET superseded = 1 WHERE action = ?1", [&held.id])
+        .unwrap();
 
     // A fresh approval lets it run again (once).
     let fresh = fx.store.approve(&held.id, &fx.key, T0 + 10).unwrap();
@@ -892,30 +779,22 @@ fn fresh_approval_replaces_expired_evidence_which_stays_on_record() {
 
     // While the first approval is live, the same key cannot approve again.
     let err = fx.store.approve(&held.id, &fx.key, T0 + 1).unwrap_err();
-    assert!(
-        matches!(err, ApprovalError::AlreadyApprovedBy { .. }),
-        "{err:?}"
-    );
+    assert!(matches!(err, ApprovalError::AlreadyApprovedBy { .. }), "{err:?}");
 
     let err = refused(fx.store.begin_resume(&held.id, &cur, expires));
     assert!(matches!(err, ApprovalError::Expired { .. }), "{err:?}");
     assert_eq!(fx.store.get(&held.id).unwrap().state, ActionState::Frozen);
 
-    let renewed = fx
-        .store
-        .approve(&held.id, &fx.key, expires + 1_000)
-        .unwrap();
+    let renewed = fx.store.approve(&held.id, &fx.key, expires + 1_000).unwrap();
     assert_eq!(renewed.state, ActionState::Approved);
     assert_eq!(renewed.approvals.len(), 2);
     assert!(renewed.approvals[0].superseded);
     assert!(!renewed.approvals[1].superseded);
     let rows: i64 = fx
         .raw()
-        .query_row(
-            "SELECT COUNT(*) FROM evidence WHERE action = ?1",
-            [&held.id],
-            |r| r.get(0),
-        )
+        .query_row("SELECT COUNT(*) FROM evidence WHERE action = ?1", [&held.id], |r| {
+            r.get(0)
+        })
         .unwrap();
     assert_eq!(rows, 2, "old evidence is never deleted");
     let _ticket = run(fx.store.begin_resume(&held.id, &cur, expires + 2_000));
@@ -931,29 +810,17 @@ fn two_approvals_need_two_distinct_keys() {
 
     let one = fx.store.approve(&held.id, &fx.key, T0).unwrap();
     assert_eq!(one.state, ActionState::Pending);
-    assert!(matches!(
-        fx.resume(&held),
-        Ok(Resume::Pending { have: 1, need: 2 })
-    ));
+    assert!(matches!(fx.resume(&held), Ok(Resume::Pending { have: 1, need: 2 })));
     let err = fx.store.approve(&held.id, &fx.key, T0 + 1).unwrap_err();
-    assert!(
-        matches!(err, ApprovalError::AlreadyApprovedBy { .. }),
-        "{err:?}"
-    );
+    assert!(matches!(err, ApprovalError::AlreadyApprovedBy { .. }), "{err:?}");
     assert!(err.to_string().contains(&fx.key.key_id()), "{err}");
 
     // A raw duplicate of Alice's evidence still counts as one approver.
     let raw = fx.raw();
     copy_evidence(&raw, &held.id, &held.id);
-    assert!(matches!(
-        fx.resume(&held),
-        Ok(Resume::Pending { have: 1, need: 2 })
-    ));
-    raw.execute(
-        "DELETE FROM evidence WHERE id = (SELECT MAX(id) FROM evidence)",
-        [],
-    )
-    .unwrap();
+    assert!(matches!(fx.resume(&held), Ok(Resume::Pending { have: 1, need: 2 })));
+    raw.execute("DELETE FROM evidence WHERE id = (SELECT MAX(id) FROM evidence)", [])
+        .unwrap();
 
     let two = fx.store.approve(&held.id, &bob, T0 + 2).unwrap();
     assert_eq!(two.state, ActionState::Approved);
@@ -971,12 +838,7 @@ fn fifty_concurrent_resumes_yield_exactly_one_run() {
     let barrier = Arc::new(Barrier::new(50));
     let handles: Vec<_> = (0..50)
         .map(|_| {
-            let (barrier, state_dir, cur, id) = (
-                barrier.clone(),
-                state_dir.clone(),
-                cur.clone(),
-                held.id.clone(),
-            );
+            let (barrier, state_dir, cur, id) = (barrier.clone(), state_dir.clone(), cur.clone(), held.id.clone());
             std::thread::spawn(move || {
                 let store = ApprovalStore::open(&state_dir).unwrap();
                 barrier.wait();
@@ -1037,8 +899,7 @@ fn ten_thousand_pending_actions_stay_fast() {
         rows.map(Result::unwrap).collect()
     };
     assert!(
-        plan.iter().any(|p| p.contains("actions_awaiting"))
-            && !plan.iter().any(|p| p.contains("TEMP B-TREE")),
+        plan.iter().any(|p| p.contains("actions_awaiting")) && !plan.iter().any(|p| p.contains("TEMP B-TREE")),
         "{plan:?}"
     );
     println!(
@@ -1090,14 +951,8 @@ fn approver_key_file_is_private_and_checked() {
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
     let err = ApproverKey::load_or_create(&path).unwrap_err();
     let msg = err.to_string();
-    assert!(
-        matches!(err, ApprovalError::KeyPermissions { .. }),
-        "{err:?}"
-    );
-    assert!(
-        msg.contains(&format!("chmod 600 {}", path.display())),
-        "{msg}"
-    );
+    assert!(matches!(err, ApprovalError::KeyPermissions { .. }), "{err:?}");
+    assert!(msg.contains(&format!("chmod 600 {}", path.display())), "{msg}");
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o604)).unwrap();
     assert!(matches!(
         ApproverKey::load_or_create(&path),
@@ -1109,10 +964,7 @@ fn approver_key_file_is_private_and_checked() {
     if unsafe { libc::geteuid() } == 0 {
         std::os::unix::fs::chown(&path, Some(4242), None).unwrap();
         let err = ApproverKey::load_or_create(&path).unwrap_err();
-        assert!(
-            matches!(err, ApprovalError::KeyOwner { owner: 4242, .. }),
-            "{err:?}"
-        );
+        assert!(matches!(err, ApprovalError::KeyOwner { owner: 4242, .. }), "{err:?}");
         assert!(err.to_string().contains("4242"), "{err}");
         std::os::unix::fs::chown(&path, Some(0), None).unwrap();
     }
@@ -1139,11 +991,7 @@ fn default_key_path_uses_env_then_passwd_home() {
     );
     std::env::remove_var(APPROVER_KEY_ENV);
     let path = default_approver_key_path().unwrap();
-    assert!(
-        path.ends_with(".config/tether-exec/approver.key"),
-        "{}",
-        path.display()
-    );
+    assert!(path.ends_with(".config/tether-exec/approver.key"), "{}", path.display());
     assert!(path.is_absolute());
 }
 
@@ -1151,13 +999,9 @@ fn default_key_path_uses_env_then_passwd_home() {
 fn schema_is_versioned_and_newer_schemas_are_refused() {
     let fx = Fx::new();
     let raw = fx.raw();
-    let version: i64 = raw
-        .query_row("PRAGMA user_version", [], |r| r.get(0))
-        .unwrap();
+    let version: i64 = raw.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
     assert_eq!(version, MIGRATIONS.len() as i64);
-    let mode: String = raw
-        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
-        .unwrap();
+    let mode: String = raw.query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap();
     assert_eq!(mode, "wal");
     let db_mode = std::fs::metadata(fx.state_dir().join(DB_FILE_NAME))
         .unwrap()
@@ -1167,10 +1011,7 @@ fn schema_is_versioned_and_newer_schemas_are_refused() {
 
     raw.pragma_update(None, "user_version", 99).unwrap();
     let err = ApprovalStore::open(&fx.state_dir()).unwrap_err();
-    assert!(
-        matches!(err, ApprovalError::SchemaTooNew { found: 99, .. }),
-        "{err:?}"
-    );
+    assert!(matches!(err, ApprovalError::SchemaTooNew { found: 99, .. }), "{err:?}");
     assert!(err.to_string().contains("upgrade tether-exec"), "{err}");
 }
 
@@ -1186,12 +1027,7 @@ fn untrusted_public_keys_and_removed_trust() {
 
     // Evidence from a key whose trust was withdrawn no longer counts.
     let held = fx.hold_approved(request(None));
-    fx.raw()
-        .execute("DELETE FROM trusted_approvers", [])
-        .unwrap();
+    fx.raw().execute("DELETE FROM trusted_approvers", []).unwrap();
     let err = refused(fx.resume(&held));
-    assert!(
-        matches!(err, ApprovalError::UnknownApprover { .. }),
-        "{err:?}"
-    );
+    assert!(matches!(err, ApprovalError::UnknownApprover { .. }), "{err:?}");
 }

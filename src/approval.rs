@@ -221,11 +221,7 @@ pub enum ApprovalError {
     },
 
     #[error("The approval database {} has schema version {found}, but this tether-exec understands only up to version {supported}; upgrade tether-exec or use another state directory.", path.display())]
-    SchemaTooNew {
-        path: PathBuf,
-        found: i64,
-        supported: i64,
-    },
+    SchemaTooNew { path: PathBuf, found: i64, supported: i64 },
 
     #[error("The approval database holds a corrupt record: {what}. Nothing was run; inspect or restore {DB_FILE_NAME} before retrying.")]
     Corrupt { what: String },
@@ -239,7 +235,9 @@ pub enum ApprovalError {
     #[error("The command's standard input is {size} bytes, more than the {max} bytes that can be held for approval; pass large inputs through a file in the workspace instead.")]
     StdinTooLarge { size: usize, max: usize },
 
-    #[error("No held action with id `{id}` exists in the approval store; check the id against the list of pending actions.")]
+    #[error(
+        "No held action with id `{id}` exists in the approval store; check the id against the list of pending actions."
+    )]
     NotFound { id: String },
 
     #[error("Action {id} is {state}, so it can no longer be {verb}.")]
@@ -255,36 +253,20 @@ pub enum ApprovalError {
     #[error("A different public key with id {key_id} is already trusted; refusing to trust or use this key. Remove the conflicting entry from trusted_approvers first.")]
     TrustConflict { key_id: String },
 
-    #[error(
-        "The public key {key_hex} is not a usable Ed25519 public key, so it cannot be trusted."
-    )]
+    #[error("The public key {key_hex} is not a usable Ed25519 public key, so it cannot be trusted.")]
     InvalidPublicKey { key_hex: String },
 
     #[error("Action {id} already carries a valid approval from key {key_id}; the same key approving twice counts once, so a different approver must approve it.")]
     AlreadyApprovedBy { id: String, key_id: String },
 
     #[error("Evidence #{evidence} on action {id} is signed by key {key_id}, which is not a trusted approver; the action was not run. If the key is legitimate, trust it and approve the action again.")]
-    UnknownApprover {
-        id: String,
-        evidence: i64,
-        key_id: String,
-    },
+    UnknownApprover { id: String, evidence: i64, key_id: String },
 
     #[error("Evidence #{evidence} on action {id} has a signature that does not verify with approver key {key_id}; it was altered or forged, and the action was not run.")]
-    BadSignature {
-        id: String,
-        evidence: i64,
-        key_id: String,
-    },
+    BadSignature { id: String, evidence: i64, key_id: String },
 
-    #[error(
-        "Evidence #{evidence} on action {id} is malformed ({problem}); the action was not run."
-    )]
-    MalformedEvidence {
-        id: String,
-        evidence: i64,
-        problem: String,
-    },
+    #[error("Evidence #{evidence} on action {id} is malformed ({problem}); the action was not run.")]
+    MalformedEvidence { id: String, evidence: i64, problem: String },
 
     #[error("Evidence #{evidence} was signed for another action than the stored action {id}: {mismatches}. It was copied from elsewhere or the action was altered, so the action was not run.")]
     EvidenceMismatch {
@@ -300,19 +282,19 @@ pub enum ApprovalError {
     Expired { id: String, detail: String },
 
     #[error("The approval nonce {nonce} from key {key_id} on action {id} was already consumed by an earlier run; a consumed approval never works again, so the action was not run. Approve it afresh if it really should run again.")]
-    NonceReplayed {
-        id: String,
-        key_id: String,
-        nonce: String,
-    },
+    NonceReplayed { id: String, key_id: String, nonce: String },
 
     #[error("Action {id} was interrupted: a run started but never recorded a result (the launcher died mid-run), so it may have partly executed. It needs a fresh approval before it can run again.")]
     Interrupted { id: String },
 
-    #[error("Action {id} is already running in process {pid}; an action executes at most once, so this resume was refused.")]
+    #[error(
+        "Action {id} is already running in process {pid}; an action executes at most once, so this resume was refused."
+    )]
     AlreadyRunning { id: String, pid: i64 },
 
-    #[error("The resume ticket for action {id} no longer matches the stored run ({detail}); the result was not recorded.")]
+    #[error(
+        "The resume ticket for action {id} no longer matches the stored run ({detail}); the result was not recorded."
+    )]
     StaleTicket { id: String, detail: String },
 
     #[error("The approver key file {} is readable or writable by group or others (mode {mode:04o}); a signing key must be private to its owner. Fix it with `chmod 600 {}` and try again.", path.display(), path.display())]
@@ -346,7 +328,9 @@ fn is_busy(err: &rusqlite::Error) -> bool {
 }
 
 /// Retries `f` while the database is busy, for up to [`BUSY_TIMEOUT`].
-fn retry_busy<T>(mut f: impl FnMut() -> rusqlite::Result<T>) -> rusqlite::Result<T> {
+/// Retry an SQLite call that reports BUSY without consulting the busy handler
+/// (switching to WAL while another process creates the database); shared with `audit`.
+pub(crate) fn retry_busy<T>(mut f: impl FnMut() -> rusqlite::Result<T>) -> rusqlite::Result<T> {
     let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
     let mut pause = Duration::from_millis(2);
     loop {
@@ -860,10 +844,7 @@ pub fn default_approver_key_path() -> Result<PathBuf> {
     // SAFETY: geteuid has no preconditions and cannot fail.
     let uid = unsafe { libc::geteuid() };
     let home = home_dir_of(uid).ok_or(ApprovalError::NoHomeDirectory { uid })?;
-    Ok(home
-        .join(".config")
-        .join("tether-exec")
-        .join("approver.key"))
+    Ok(home.join(".config").join("tether-exec").join("approver.key"))
 }
 
 fn home_dir_of(uid: libc::uid_t) -> Option<PathBuf> {
@@ -874,15 +855,7 @@ fn home_dir_of(uid: libc::uid_t) -> Option<PathBuf> {
         let mut result: *mut libc::passwd = std::ptr::null_mut();
         // SAFETY: all pointers are valid for the duration of the call and
         // `buf.len()` is the size of the buffer handed over.
-        let rc = unsafe {
-            libc::getpwuid_r(
-                uid,
-                &mut pwd,
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-                &mut result,
-            )
-        };
+        let rc = unsafe { libc::getpwuid_r(uid, &mut pwd, buf.as_mut_ptr().cast(), buf.len(), &mut result) };
         if rc == libc::ERANGE && buf.len() < (1 << 20) {
             let grown = buf.len() * 2;
             buf.resize(grown, 0);
@@ -962,12 +935,7 @@ impl ApprovalStore {
         let path = state_dir.join(DB_FILE_NAME);
         // Create the file ourselves so it (and SQLite's -wal/-shm files, which
         // copy its mode) is private from the first byte.
-        match OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&path)
-        {
+        match OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path) {
             Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(source) => {
@@ -979,8 +947,7 @@ impl ApprovalStore {
             }
         }
         let conn = Connection::open(&path).db("opening the approval database")?;
-        conn.busy_timeout(BUSY_TIMEOUT)
-            .db("setting the busy timeout")?;
+        conn.busy_timeout(BUSY_TIMEOUT).db("setting the busy timeout")?;
         // Switching to WAL needs a moment of exclusive access and, unlike
         // ordinary locking, can report SQLITE_BUSY without consulting the busy
         // handler while another process creates the database; so retry here.
@@ -1139,9 +1106,7 @@ impl ApprovalStore {
                  ORDER BY created_unix_ms, rowid"
             ))
             .db("listing pending actions")?;
-        let rows = stmt
-            .query_map([], read_action_columns)
-            .db("listing pending actions")?;
+        let rows = stmt.query_map([], read_action_columns).db("listing pending actions")?;
         let mut out = Vec::new();
         for row in rows {
             let mut action = row.db("reading a pending action")??;
@@ -1168,6 +1133,19 @@ impl ApprovalStore {
     }
 
     /// Trusts an approver's public key; returns its key id. Idempotent.
+    /// Key ids of the trusted approvers, oldest first.
+    pub fn trusted(&self) -> Result<Vec<String>> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT key_id FROM trusted_approvers ORDER BY added_unix_ms, key_id")
+            .db("listing trusted approvers")?;
+        let rows = stmt
+            .query_map([], |r| r.get::<_, String>(0))
+            .db("listing trusted approvers")?;
+        rows.collect::<std::result::Result<Vec<_>, _>>()
+            .db("listing trusted approvers")
+    }
+
     pub fn trust(&self, public_key: &[u8; 32]) -> Result<String> {
         let usable = VerifyingKey::from_bytes(public_key)
             .map(|k| !k.is_weak())
@@ -1208,10 +1186,7 @@ impl ApprovalStore {
         let state = action.held.state;
         if !matches!(
             state,
-            ActionState::Pending
-                | ActionState::Approved
-                | ActionState::Frozen
-                | ActionState::Interrupted
+            ActionState::Pending | ActionState::Approved | ActionState::Frozen | ActionState::Interrupted
         ) {
             return Err(ApprovalError::WrongState {
                 id: id.to_string(),
@@ -1225,11 +1200,7 @@ impl ApprovalStore {
                 continue;
             }
             let live = verify_evidence(&tx, id, &ev)
-                .map(|p| {
-                    !ev.consumed
-                        && now_unix_ms < p.expires_at_unix_ms
-                        && proposals_now <= p.expires_at_proposal
-                })
+                .map(|p| !ev.consumed && now_unix_ms < p.expires_at_unix_ms && proposals_now <= p.expires_at_proposal)
                 .unwrap_or(false);
             if live {
                 return Err(ApprovalError::AlreadyApprovedBy {
@@ -1279,10 +1250,7 @@ impl ApprovalStore {
         let mut approvers = BTreeSet::new();
         for ev in current_evidence(&tx, &action)? {
             if let Ok(p) = verify_evidence(&tx, id, &ev) {
-                if !ev.consumed
-                    && now_unix_ms < p.expires_at_unix_ms
-                    && proposals_now <= p.expires_at_proposal
-                {
+                if !ev.consumed && now_unix_ms < p.expires_at_unix_ms && proposals_now <= p.expires_at_proposal {
                     approvers.insert(p.approver_key_id);
                 }
             }
@@ -1307,10 +1275,7 @@ impl ApprovalStore {
         let state = action.held.state;
         if !matches!(
             state,
-            ActionState::Pending
-                | ActionState::Approved
-                | ActionState::Frozen
-                | ActionState::Interrupted
+            ActionState::Pending | ActionState::Approved | ActionState::Frozen | ActionState::Interrupted
         ) {
             return Err(ApprovalError::WrongState {
                 id: id.to_string(),
@@ -1319,11 +1284,7 @@ impl ApprovalStore {
             });
         }
         let reason = reason.trim();
-        let reason = if reason.is_empty() {
-            "no reason given"
-        } else {
-            reason
-        };
+        let reason = if reason.is_empty() { "no reason given" } else { reason };
         tx.execute(
             "UPDATE actions SET state = 'rejected', rejection_reason = ?2, rejected_by = ?3, \
              updated_unix_ms = ?4 WHERE id = ?1",
@@ -1357,9 +1318,7 @@ impl ApprovalStore {
             }
             ActionState::Done => {
                 return Err(ApprovalError::Corrupt {
-                    what: format!(
-                    "action {id} is marked done but has no recorded result; it will not run again"
-                ),
+                    what: format!("action {id} is marked done but has no recorded result; it will not run again"),
                 })
             }
             ActionState::Running => {
@@ -1512,9 +1471,7 @@ impl ApprovalStore {
         .db("marking the action running")?;
         let held = load_held(&tx, id)?;
         let stdin: Vec<u8> = tx
-            .query_row("SELECT stdin FROM actions WHERE id = ?1", [id], |r| {
-                r.get(0)
-            })
+            .query_row("SELECT stdin FROM actions WHERE id = ?1", [id], |r| r.get(0))
             .db("reading the held stdin")?;
         tx.commit().db("committing the resume")?;
         Ok(Resume::Run(ResumeTicket {
@@ -1565,9 +1522,7 @@ impl ApprovalStore {
         );
         match inserted {
             Ok(_) => {}
-            Err(e) if is_constraint(&e) => {
-                return Err(stale("a result is already recorded".into()))
-            }
+            Err(e) if is_constraint(&e) => return Err(stale("a result is already recorded".into())),
             Err(source) => {
                 return Err(ApprovalError::Database {
                     context: "storing the run result",
@@ -1648,9 +1603,7 @@ fn read_action_columns(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawResult<Acti
 
 fn load_action(conn: &Connection, id: &str) -> Result<ActionRow> {
     let mut stmt = conn
-        .prepare_cached(&format!(
-            "SELECT {ACTION_COLUMNS} FROM actions WHERE id = ?1"
-        ))
+        .prepare_cached(&format!("SELECT {ACTION_COLUMNS} FROM actions WHERE id = ?1"))
         .db("reading an action")?;
     stmt.query_row([id], read_action_columns)
         .optional()
@@ -1665,9 +1618,7 @@ fn load_held(conn: &Connection, id: &str) -> Result<HeldAction> {
 }
 
 fn evidence_rows(conn: &Connection, action: &str) -> Result<Vec<EvidenceRow>> {
-    let mut stmt = conn
-        .prepare_cached(EVIDENCE_QUERY)
-        .db("reading approval evidence")?;
+    let mut stmt = conn.prepare_cached(EVIDENCE_QUERY).db("reading approval evidence")?;
     let rows = stmt
         .query_map([action], |r| {
             Ok(EvidenceRow {
@@ -1754,11 +1705,7 @@ fn bump_proposals(conn: &Connection, session: &str, now: u64) -> Result<u64> {
 
 fn proposals_of(conn: &Connection, session: &str) -> Result<u64> {
     let n: Option<i64> = conn
-        .query_row(
-            "SELECT proposals FROM sessions WHERE id = ?1",
-            [session],
-            |r| r.get(0),
-        )
+        .query_row("SELECT proposals FROM sessions WHERE id = ?1", [session], |r| r.get(0))
         .optional()
         .db("reading the session's proposal count")?;
     Ok(n.map(i2u).unwrap_or(0))
@@ -1768,11 +1715,9 @@ fn new_session_id(conn: &Connection) -> Result<String> {
     loop {
         let id = random_id("ses_", 4)?;
         let taken: bool = conn
-            .query_row(
-                "SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?1)",
-                [&id],
-                |r| r.get(0),
-            )
+            .query_row("SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?1)", [&id], |r| {
+                r.get(0)
+            })
             .db("choosing a session id")?;
         if !taken {
             return Ok(id);
@@ -1842,8 +1787,8 @@ fn verify_evidence(conn: &Connection, action: &str, ev: &EvidenceRow) -> Result<
         evidence: ev.id,
         problem,
     };
-    let payload: EvidencePayload = serde_json::from_str(&ev.payload_json)
-        .map_err(|e| malformed(format!("unreadable payload: {e}")))?;
+    let payload: EvidencePayload =
+        serde_json::from_str(&ev.payload_json).map_err(|e| malformed(format!("unreadable payload: {e}")))?;
     if payload.to_canonical_json() != ev.payload_json {
         return Err(malformed("the payload is not in canonical form".into()));
     }
@@ -1870,27 +1815,15 @@ fn stored_mismatches(held: &HeldAction, intent_digest: &str, p: &EvidencePayload
     let mut out = Vec::new();
     let mut check = |name: &str, signed: &str, stored: &str| {
         if signed != stored {
-            out.push(format!(
-                "{name} (signed {}, stored {})",
-                clip(signed),
-                clip(stored)
-            ));
+            out.push(format!("{name} (signed {}, stored {})", clip(signed), clip(stored)));
         }
     };
     check("action id", &p.action_id, &held.id);
     check("session", &p.session, &held.session);
     check("idempotency key", &p.idempotency_key, &held.idempotency_key);
-    check(
-        "position",
-        &p.position.to_string(),
-        &held.position.to_string(),
-    );
+    check("position", &p.position.to_string(), &held.position.to_string());
     check("intent digest", &p.intent_digest, intent_digest);
-    check(
-        "policy digest",
-        &p.policy_digest,
-        &held.bindings.policy_digest,
-    );
+    check("policy digest", &p.policy_digest, &held.bindings.policy_digest);
     check(
         "environment instance id",
         &p.env_instance_id,
@@ -1957,11 +1890,7 @@ fn current_changes(held: &HeldAction, current: &Current) -> Vec<String> {
 /// (pid, start time in clock ticks since boot, boot id) of this process.
 fn runner_identity() -> (i64, Option<String>, Option<String>) {
     let pid = std::process::id();
-    (
-        i64::from(pid),
-        proc_stat(pid).map(|(_, start)| start),
-        boot_id(),
-    )
+    (i64::from(pid), proc_stat(pid).map(|(_, start)| start), boot_id())
 }
 
 fn proc_stat(pid: u32) -> Option<(char, String)> {
@@ -1996,9 +1925,7 @@ fn runner_alive(pid: i64, start: &Option<String>, boot: &Option<String>) -> bool
         }
     }
     match proc_stat(pid) {
-        Some((state, started)) => {
-            !matches!(state, 'Z' | 'X') && start.as_ref().is_none_or(|s| *s == started)
-        }
+        Some((state, started)) => !matches!(state, 'Z' | 'X') && start.as_ref().is_none_or(|s| *s == started),
         None if Path::new("/proc/self/stat").exists() => false,
         None => {
             let Ok(pid) = libc::pid_t::try_from(pid) else {
@@ -2031,9 +1958,7 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 fn fill_random(buf: &mut [u8]) -> Result<()> {
-    getrandom::fill(buf).map_err(|e| ApprovalError::Randomness {
-        detail: e.to_string(),
-    })
+    getrandom::fill(buf).map_err(|e| ApprovalError::Randomness { detail: e.to_string() })
 }
 
 fn random_id(prefix: &str, bytes: usize) -> Result<String> {
@@ -2057,10 +1982,7 @@ fn now_unix_ms() -> u64 {
 }
 
 fn validate_session(session: &str) -> Result<()> {
-    if session.is_empty()
-        || session.len() > MAX_SESSION_ID_LEN
-        || session.chars().any(char::is_control)
-    {
+    if session.is_empty() || session.len() > MAX_SESSION_ID_LEN || session.chars().any(char::is_control) {
         return Err(ApprovalError::InvalidRequest(format!(
             "a session id must be 1 to {MAX_SESSION_ID_LEN} bytes without control characters, not {}.",
             clip(&canonical_json(session))

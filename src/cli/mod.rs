@@ -8,6 +8,9 @@ use crate::exit;
 use crate::gate::{self, Context, Decision, Input};
 use crate::policy::{Layer, Policy, Verdict};
 use clap::{Args, Parser, Subcommand};
+
+mod approvals;
+mod audit;
 use std::path::{Path, PathBuf};
 
 #[derive(Parser, Debug)]
@@ -69,6 +72,45 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// List held actions waiting for a human.
+    #[command(after_help = "Example:\n  tether-exec pending --json")]
+    Pending {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show exactly what a held action would run, where, under which policy, and what an approval binds.
+    Show {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Approve a held action with your Ed25519 key (created on first use, outside the state directory).
+    #[command(
+        after_help = "Example:\n  tether-exec approve apr_0123456789abcdef\nThe key lives at $TETHER_EXEC_APPROVER_KEY, else ~/.config/tether-exec/approver.key (home from the password database).\nThe first approver key used with a state directory is trusted automatically; add more with `tether-exec approver trust`."
+    )]
+    Approve { id: String },
+    /// Reject a held action; its resume then reports the reason to the agent.
+    #[command(
+        after_help = "Example:\n  tether-exec reject apr_0123456789abcdef --reason \"delete build/ with make clean instead\""
+    )]
+    Reject {
+        id: String,
+        #[arg(long)]
+        reason: String,
+    },
+    /// Run an approved action exactly once (exit: its code; 75 still pending; 77 rejected or no longer valid).
+    #[command(after_help = "Example:\n  tether-exec resume apr_0123456789abcdef --receipt /tmp/r.json")]
+    Resume {
+        id: String,
+        #[arg(long, value_name = "FILE")]
+        receipt: Option<PathBuf>,
+    },
+    /// Manage approver keys.
+    #[command(subcommand)]
+    Approver(ApproverCommand),
+    /// Verify or show the tamper-evident audit trail.
+    #[command(subcommand)]
+    Audit(AuditCommand),
     /// Report what this kernel offers for confinement, and what to do about what is missing.
     #[command(after_help = "Example:\n  tether-exec doctor --json")]
     Doctor {
@@ -78,6 +120,33 @@ pub enum Command {
     /// Validate and combine policy files.
     #[command(subcommand)]
     Policy(PolicyCommand),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ApproverCommand {
+    /// Print your approver key id and public key (hex), creating the key if needed.
+    Show,
+    /// Trust another approver's public key (64 hex characters) in this state directory.
+    Trust { public_key: String },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum AuditCommand {
+    /// Check the hash chain and signed checkpoints; exit 0 intact, 1 tampered (naming the first bad record).
+    Verify {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print records, for a person or as JSON lines.
+    Show {
+        #[arg(long)]
+        json: bool,
+        #[arg(long)]
+        session: Option<String>,
+        /// Only records with a sequence number at or above N.
+        #[arg(long, value_name = "N")]
+        since: Option<u64>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -118,6 +187,21 @@ pub fn main() -> i32 {
     };
     match cli.command {
         Command::Run { spec, session, receipt } => run(&spec, session, receipt.as_deref(), cli.state_dir),
+        Command::Pending { json } => with_state(cli.state_dir, |s| approvals::pending(s, json)),
+        Command::Show { id, json } => with_state(cli.state_dir, |s| approvals::show(s, &id, json)),
+        Command::Approve { id } => with_state(cli.state_dir, |s| approvals::approve(s, &id)),
+        Command::Reject { id, reason } => with_state(cli.state_dir, |s| approvals::reject(s, &id, &reason)),
+        Command::Resume { id, receipt } => with_state(cli.state_dir, |s| {
+            finish(crate::launch::resume(&id, s), receipt.as_deref())
+        }),
+        Command::Approver(ApproverCommand::Show) => with_state(cli.state_dir, approvals::approver_show),
+        Command::Approver(ApproverCommand::Trust { public_key }) => {
+            with_state(cli.state_dir, |s| approvals::approver_trust(s, &public_key))
+        }
+        Command::Audit(AuditCommand::Verify { json }) => with_state(cli.state_dir, |s| audit::verify(s, json)),
+        Command::Audit(AuditCommand::Show { json, session, since }) => {
+            with_state(cli.state_dir, |s| audit::show(s, json, session.as_deref(), since))
+        }
         Command::Check { spec, json } => check(&spec, json),
         Command::Doctor { json } => doctor(json),
         Command::Policy(PolicyCommand::Validate { files }) => policy_validate(&files),
@@ -250,111 +334,6 @@ fn policy_narrow(parent: &Path, child: &Path) -> i32 {
     }
 }
 
-/// The argv the sandbox executes for a command spec.
-pub fn sandbox_argv(spec: &CommandSpec) -> Vec<String> {
-    match &spec.script {
-        Some(s) => vec!["bash".into(), "-c".into(), s.clone()],
-        None => spec.argv.clone(),
-    }
-}
-
-/// `Sandbox violation:` line for a refusal, naming the rule.
-pub fn violation_message(d: &Decision) -> String {
-    format!("Sandbox violation: {}", d.summary())
-}
-
-fn finish(receipt: &crate::receipt::Receipt, path: Option<&Path>, code: i32) -> i32 {
-    if let Some(p) = path {
-        if let Err(e) = receipt.write(p) {
-            error_line(&format!("cannot write the receipt to {}: {e}", p.display()));
-            return exit::INTERNAL;
-        }
-    }
-    code
-}
-
-fn run(spec: &CommandSpec, session: Option<String>, receipt_path: Option<&Path>, state_dir: Option<PathBuf>) -> i32 {
-    use crate::receipt::{Isolation, Receipt};
-    use crate::sandbox::{apply, plan};
-    let (policy, ws, cwd, d) = match decide(spec) {
-        Ok(x) => x,
-        Err(code) => return code,
-    };
-    let mut receipt = Receipt::new(policy.digest());
-    receipt.decision = Some(d.decision);
-    receipt.rules = d.commands.clone();
-    receipt.session = session.clone();
-    match d.decision {
-        Verdict::Deny => {
-            eprintln!("{}", violation_message(&d));
-            return finish(&receipt, receipt_path, exit::REFUSED);
-        }
-        Verdict::Ask => {
-            eprintln!(
-                "[APPROVAL REQUIRED] `{}` needs a human: {}",
-                spec.script.clone().unwrap_or_else(|| spec.argv.join(" ")),
-                d.summary()
-            );
-            return finish(&receipt, receipt_path, exit::HELD);
-        }
-        Verdict::Allow => {}
-    }
-    let state = match crate::state::resolve(state_dir).and_then(|s| crate::state::ensure(&s)) {
-        Ok(s) => s,
-        Err(e) => {
-            error_line(&e.to_string());
-            return exit::INTERNAL;
-        }
-    };
-    let facts = crate::sandbox::host_facts(&policy, &ws, crate::state::account_home().as_deref());
-    let plan = match plan::build(&policy, &facts, &ws, &cwd, sandbox_argv(spec), &state) {
-        Ok(p) => p,
-        Err(e) => {
-            error_line(&format!("cannot plan the sandbox: {e}"));
-            receipt.error = Some(e.to_string());
-            return finish(&receipt, receipt_path, exit::INTERNAL);
-        }
-    };
-    receipt.isolation = Some(Isolation::of(&plan));
-    let outcome = match apply::run(&plan, None) {
-        Ok(o) => o,
-        Err(e) => {
-            error_line(&format!(
-                "{e}\nnothing ran; `tether-exec doctor` reports what this kernel offers"
-            ));
-            receipt.error = Some(e.to_string());
-            receipt.isolation = None;
-            return finish(&receipt, receipt_path, exit::INTERNAL);
-        }
-    };
-    receipt.duration_ms = outcome.duration.as_millis() as u64;
-    let code = match outcome.ended {
-        apply::Ended::Exited(c) => {
-            if c > 128 {
-                receipt.signal = Some(c - 128);
-            }
-            c
-        }
-        apply::Ended::TimedOut => {
-            receipt.timed_out = true;
-            eprintln!(
-                "tether-exec: timed out after {} ms; every process of the sandbox was killed",
-                policy.timeout_ms().unwrap_or(0)
-            );
-            exit::TIMEOUT
-        }
-        apply::Ended::ExecFailed { code } => {
-            eprintln!(
-                "tether-exec: {}",
-                outcome.exec_error.as_deref().unwrap_or("cannot execute")
-            );
-            code
-        }
-    };
-    receipt.exit_code = Some(code);
-    finish(&receipt, receipt_path, code)
-}
-
 fn read_trim(p: &str) -> Option<String> {
     std::fs::read_to_string(p).ok().map(|s| s.trim().to_string())
 }
@@ -440,4 +419,56 @@ fn doctor(json: bool) -> i32 {
     } else {
         exit::INTERNAL
     }
+}
+
+/// Resolve and create the state directory, then run `f` with it.
+fn with_state(explicit: Option<PathBuf>, f: impl FnOnce(&Path) -> i32) -> i32 {
+    match crate::state::resolve(explicit).and_then(|s| crate::state::ensure(&s)) {
+        Ok(s) => f(&s),
+        Err(e) => {
+            error_line(&e.to_string());
+            exit::INTERNAL
+        }
+    }
+}
+
+/// Print tether-exec's lines, write the receipt, return the exit code.
+fn finish(done: crate::launch::Finished, receipt_path: Option<&Path>) -> i32 {
+    for line in &done.stderr {
+        eprintln!("{line}");
+    }
+    if let Some(p) = receipt_path {
+        if let Err(e) = done.receipt.write(p) {
+            error_line(&format!("cannot write the receipt to {}: {e}", p.display()));
+            return exit::INTERNAL;
+        }
+    }
+    done.code
+}
+
+fn run(spec: &CommandSpec, session: Option<String>, receipt_path: Option<&Path>, state_dir: Option<PathBuf>) -> i32 {
+    let (workspace, cwd) = match workspace_and_cwd(spec) {
+        Ok(x) => x,
+        Err(e) => {
+            error_line(&e);
+            return exit::INTERNAL;
+        }
+    };
+    if let Err(e) = input(spec) {
+        error_line(&e);
+        return exit::INTERNAL;
+    }
+    with_state(state_dir, |state| {
+        let req = crate::launch::Request {
+            policies: spec.policies.clone(),
+            workspace,
+            cwd,
+            script: spec.script.clone(),
+            argv: spec.argv.clone(),
+            session,
+            state_dir: state.to_path_buf(),
+        };
+        let tty = nix::unistd::isatty(std::io::stdin()).unwrap_or(false);
+        finish(crate::launch::run(&req, tty), receipt_path)
+    })
 }

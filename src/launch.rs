@@ -1,0 +1,638 @@
+//! One action, end to end: gate → audit → hold, or plan + apply → audit → receipt.
+//!
+//! This module only sequences the others; every decision is the gate's, every
+//! system call the sandbox's, every record the audit log's or the approval
+//! store's. It prints nothing: it returns the exit code, the receipt and the
+//! lines for stderr, and the CLI prints them.
+//!
+//! Fail closed: the decision is recorded in the audit log *before* anything
+//! runs, and if that record cannot be written, nothing runs.
+
+use crate::approval::{
+    self, ApprovalError, ApprovalStore, Bindings, Current, HoldRequest, Intent, RecordedResult, Resume,
+};
+use crate::audit::{AuditEntry, AuditLog, EntryKind};
+use crate::exit;
+use crate::gate::{self, Context, Decision, Input};
+use crate::policy::{Format, Layer, Policy, Profile, Verdict};
+use crate::receipt::{Isolation, Receipt};
+use crate::sandbox::{self, apply, plan};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// What the CLI prints and returns.
+pub struct Finished {
+    pub code: i32,
+    pub receipt: Receipt,
+    /// tether-exec's own lines for stderr (never the command's output).
+    pub stderr: Vec<String>,
+}
+
+impl Finished {
+    fn new(code: i32, receipt: Receipt, line: impl Into<String>) -> Finished {
+        Finished {
+            code,
+            receipt,
+            stderr: vec![line.into()],
+        }
+    }
+}
+
+/// What a held action stores besides its intent: enough to rebuild exactly
+/// the approved policy and to find the workspace again.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct HeldContext {
+    pub workspace: PathBuf,
+    /// Policy files as given (empty: the embedded default).
+    pub files: Vec<PathBuf>,
+    /// Each layer's source name and text, as loaded when the action was held.
+    pub layers: Vec<(String, String)>,
+}
+
+/// A command to run, as the CLI parsed it.
+pub struct Request {
+    pub policies: Vec<PathBuf>,
+    pub workspace: PathBuf,
+    pub cwd: PathBuf,
+    pub script: Option<String>,
+    pub argv: Vec<String>,
+    pub session: Option<String>,
+    pub state_dir: PathBuf,
+}
+
+impl Request {
+    fn input(&self) -> Input<'_> {
+        match &self.script {
+            Some(s) => Input::Script(s),
+            None => Input::Argv(&self.argv),
+        }
+    }
+
+    /// The argv the sandbox executes.
+    fn sandbox_argv(&self) -> Vec<String> {
+        match &self.script {
+            Some(s) => vec!["bash".into(), "-c".into(), s.clone()],
+            None => self.argv.clone(),
+        }
+    }
+
+    fn command_text(&self) -> String {
+        self.script.clone().unwrap_or_else(|| shell_words(&self.argv))
+    }
+}
+
+fn shell_words(argv: &[String]) -> String {
+    argv.iter()
+        .map(|a| {
+            if !a.is_empty() && a.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c)) {
+                a.clone()
+            } else {
+                format!("'{}'", a.replace('\'', "'\\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+fn rules_of(d: &Decision) -> Vec<String> {
+    d.commands
+        .iter()
+        .map(|j| format!("{}: {} — {}", j.verdict, j.command, j.reason))
+        .collect()
+}
+
+/// Open the audit log, or say why nothing will run.
+fn open_audit(state: &Path) -> Result<AuditLog, String> {
+    AuditLog::open(state).map_err(|e| format!("tether-exec: cannot open the audit log, so nothing runs: {e}"))
+}
+
+fn append(log: &mut AuditLog, entry: AuditEntry) -> Result<u64, String> {
+    log.append(entry)
+        .map_err(|e| format!("tether-exec: cannot write the audit record, so nothing runs: {e}"))
+}
+
+/// `tether-exec run`.
+pub fn run(req: &Request, stdin_is_tty: bool) -> Finished {
+    let policy = match crate::load_policy(&req.policies) {
+        Ok(p) => p,
+        Err(e) => {
+            return Finished::new(
+                exit::INTERNAL,
+                Receipt::new(String::new()),
+                format!("tether-exec: invalid policy\n{e}"),
+            )
+        }
+    };
+    let ctx = Context::new(&req.workspace, &req.cwd);
+    let d = match gate::decide(&policy, req.input(), &ctx) {
+        Ok(d) => d,
+        Err(e) => {
+            return Finished::new(
+                exit::INTERNAL,
+                Receipt::new(policy.digest()),
+                format!("tether-exec: cannot judge the command: {e}"),
+            )
+        }
+    };
+    let digest = policy.digest();
+    let mut receipt = Receipt::new(digest.clone());
+    receipt.decision = Some(d.decision);
+    receipt.rules = d.commands.clone();
+    receipt.session = req.session.clone();
+
+    let mut log = match open_audit(&req.state_dir) {
+        Ok(l) => l,
+        Err(e) => return Finished::new(exit::INTERNAL, receipt, e),
+    };
+    let mut rec = AuditEntry::new(EntryKind::Decision);
+    rec.session = req.session.clone();
+    rec.actor = Some("harness".into());
+    rec.policy_digest = Some(digest.clone());
+    rec.command = Some(req.command_text());
+    rec.decision = Some(d.decision.to_string());
+    rec.rules = Some(rules_of(&d));
+    match append(&mut log, rec) {
+        Ok(seq) => receipt.audit_seq = Some(seq),
+        Err(e) => return Finished::new(exit::INTERNAL, receipt, e),
+    }
+    if let Some(s) = &req.session {
+        if d.decision != Verdict::Ask {
+            // Every proposal of a session counts toward approvals' proposal expiry.
+            if let Err(e) = ApprovalStore::open(&req.state_dir).and_then(|st| st.record_proposal(s)) {
+                return Finished::new(
+                    exit::INTERNAL,
+                    receipt,
+                    format!("tether-exec: cannot count the proposal: {e}"),
+                );
+            }
+        }
+    }
+
+    match d.decision {
+        Verdict::Deny => Finished::new(exit::REFUSED, receipt, format!("Sandbox violation: {}", d.summary())),
+        Verdict::Ask => hold(req, &policy, &d, receipt, &mut log, stdin_is_tty),
+        Verdict::Allow => {
+            let plan = match plan_for(&policy, &req.workspace, &req.cwd, req.sandbox_argv(), &req.state_dir) {
+                Ok(p) => p,
+                Err(e) => return Finished::new(exit::INTERNAL, receipt, e),
+            };
+            execute(
+                &plan,
+                &policy,
+                None,
+                receipt,
+                &mut log,
+                req.session.clone(),
+                None,
+                &req.state_dir,
+            )
+        }
+    }
+}
+
+fn plan_for(policy: &Policy, ws: &Path, cwd: &Path, argv: Vec<String>, state: &Path) -> Result<plan::Plan, String> {
+    let facts = sandbox::host_facts(policy, ws, crate::state::account_home().as_deref());
+    plan::build(policy, &facts, ws, cwd, argv, state).map_err(|e| format!("tether-exec: cannot plan the sandbox: {e}"))
+}
+
+/// Digest of the environment the sandbox would get (names and values).
+fn env_digest(plan: &plan::Plan) -> String {
+    let text: Vec<String> = plan
+        .env
+        .iter()
+        .filter(|(k, _)| k != "PWD")
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    approval::sha256_hex(text.join("\0").as_bytes())
+}
+
+/// Run a plan, record the outcome, fill the receipt.
+#[allow(clippy::too_many_arguments)]
+fn execute(
+    plan: &plan::Plan,
+    policy: &Policy,
+    stdin: Option<&[u8]>,
+    mut receipt: Receipt,
+    log: &mut AuditLog,
+    session: Option<String>,
+    approval_id: Option<String>,
+    state: &Path,
+) -> Finished {
+    let isolation = Isolation::of(plan);
+    let outcome = apply::run(plan, stdin);
+    if policy.profile() == Profile::WorkspaceWrite {
+        // Any writable run may change the workspace: approvals bound to the
+        // previous generation no longer hold.
+        if let Err(e) = crate::workspace::bump_generation(state, &plan.workspace) {
+            receipt.error = Some(e.to_string());
+        }
+    }
+    let mut rec = AuditEntry::new(EntryKind::RunEnd);
+    rec.session = session;
+    rec.actor = Some("harness".into());
+    rec.policy_digest = Some(receipt.policy_digest.clone());
+    rec.approval_id = approval_id;
+    let mut stderr = Vec::new();
+    let code = match outcome {
+        Err(e) => {
+            rec.kind = EntryKind::SetupFailure;
+            rec.detail = Some(e.to_string());
+            receipt.error = Some(e.to_string());
+            stderr.push(format!(
+                "tether-exec: {e}\nnothing ran; `tether-exec doctor` reports what this kernel offers"
+            ));
+            exit::INTERNAL
+        }
+        Ok(o) => {
+            receipt.isolation = Some(isolation.clone());
+            rec.isolation = serde_json::to_value(&isolation).ok();
+            receipt.duration_ms = o.duration.as_millis() as u64;
+            rec.duration_ms = Some(receipt.duration_ms);
+            match o.ended {
+                apply::Ended::Exited(c) => {
+                    if c > 128 {
+                        receipt.signal = Some(c - 128);
+                        rec.signal = Some(c - 128);
+                    }
+                    c
+                }
+                apply::Ended::TimedOut => {
+                    receipt.timed_out = true;
+                    rec.timed_out = Some(true);
+                    stderr.push(format!(
+                        "tether-exec: timed out after {} ms; every process of the sandbox was killed",
+                        plan.timeout_ms.unwrap_or(0)
+                    ));
+                    exit::TIMEOUT
+                }
+                apply::Ended::ExecFailed { code } => {
+                    stderr.push(format!(
+                        "tether-exec: {}",
+                        o.exec_error.as_deref().unwrap_or("cannot execute")
+                    ));
+                    code
+                }
+            }
+        }
+    };
+    receipt.exit_code = Some(code);
+    rec.exit_code = Some(code);
+    match log.append(rec) {
+        Ok(seq) => receipt.audit_seq = Some(seq),
+        Err(e) => {
+            // The command already ran; say loudly that its end is not on record.
+            stderr.push(format!(
+                "tether-exec: the command ran, but its end could not be written to the audit log: {e}"
+            ));
+            receipt.error = Some(format!("audit write failed after the run: {e}"));
+        }
+    }
+    Finished { code, receipt, stderr }
+}
+
+/// Read standard input for a held action (bounded); a terminal gives none.
+fn read_stdin(is_tty: bool) -> Result<Vec<u8>, String> {
+    if is_tty {
+        return Ok(Vec::new());
+    }
+    use std::io::Read;
+    let mut buf = Vec::new();
+    std::io::stdin()
+        .take(approval::MAX_STDIN_BYTES as u64 + 1)
+        .read_to_end(&mut buf)
+        .map_err(|e| format!("tether-exec: cannot read standard input to hold it: {e}"))?;
+    if buf.len() > approval::MAX_STDIN_BYTES {
+        return Err(format!(
+            "tether-exec: standard input is larger than {} bytes; a held action stores its input, so it cannot be held. Pass the data through a file in the workspace instead.",
+            approval::MAX_STDIN_BYTES
+        ));
+    }
+    Ok(buf)
+}
+
+fn intent_of(script: Option<String>, argv: &[String], stdin: &[u8], cwd: &Path, env_digest: String) -> Intent {
+    Intent {
+        argv: if script.is_some() { None } else { Some(argv.to_vec()) },
+        script,
+        stdin_digest: approval::sha256_hex(stdin),
+        cwd: cwd.to_string_lossy().into_owned(),
+        env_digest,
+    }
+}
+
+fn bindings(policy: &Policy, ws: &Path, state: &Path) -> Result<Bindings, String> {
+    Ok(Bindings {
+        policy_digest: policy.digest(),
+        env_instance_id: crate::state::env_instance_id(state, ws).map_err(|e| format!("tether-exec: {e}"))?,
+        workspace_fingerprint: crate::workspace::fingerprint(ws).map_err(|e| format!("tether-exec: {e}"))?,
+        workspace_generation: crate::workspace::generation(state, ws),
+    })
+}
+
+/// Proposals an approval stays valid for, counted from the approval.
+pub const PROPOSAL_WINDOW: u64 = 1000;
+
+fn hold(
+    req: &Request,
+    policy: &Policy,
+    d: &Decision,
+    mut receipt: Receipt,
+    log: &mut AuditLog,
+    stdin_is_tty: bool,
+) -> Finished {
+    let stdin = match read_stdin(stdin_is_tty) {
+        Ok(s) => s,
+        Err(e) => return Finished::new(exit::INTERNAL, receipt, e),
+    };
+    let plan = match plan_for(policy, &req.workspace, &req.cwd, req.sandbox_argv(), &req.state_dir) {
+        Ok(p) => p,
+        Err(e) => return Finished::new(exit::INTERNAL, receipt, e),
+    };
+    let b = match bindings(policy, &req.workspace, &req.state_dir) {
+        Ok(b) => b,
+        Err(e) => return Finished::new(exit::INTERNAL, receipt, e),
+    };
+    let context = HeldContext {
+        workspace: req.workspace.clone(),
+        files: policy.files.clone(),
+        layers: policy
+            .layers
+            .iter()
+            .map(|l| (l.source.clone(), l.text.clone()))
+            .collect(),
+    };
+    let request = HoldRequest {
+        session: req.session.clone(),
+        intent: intent_of(req.script.clone(), &req.argv, &stdin, &req.cwd, env_digest(&plan)),
+        stdin,
+        policy_json: serde_json::to_string(&context).expect("serialisable"),
+        bindings: b,
+        required_approvals: d.approvals_required,
+        ttl_seconds: policy.approval_ttl_seconds(),
+        proposal_window: PROPOSAL_WINDOW,
+        summary: d.summary(),
+    };
+    let held = match ApprovalStore::open(&req.state_dir).and_then(|s| s.hold(request)) {
+        Ok(h) => h,
+        Err(e) => {
+            return Finished::new(
+                exit::INTERNAL,
+                receipt,
+                format!("tether-exec: cannot hold the action: {e}"),
+            )
+        }
+    };
+    let mut rec = AuditEntry::new(EntryKind::Held);
+    rec.session = Some(held.session.clone());
+    rec.actor = Some("harness".into());
+    rec.policy_digest = Some(held.bindings.policy_digest.clone());
+    rec.command = Some(req.command_text());
+    rec.stdin_digest = Some(held.intent.stdin_digest.clone());
+    rec.decision = Some("ask".into());
+    rec.rules = Some(rules_of(d));
+    rec.approval_id = Some(held.id.clone());
+    if let Err(e) = append(log, rec) {
+        return Finished::new(exit::INTERNAL, receipt, e);
+    }
+    receipt.pending_id = Some(held.id.clone());
+    receipt.session = Some(held.session.clone());
+    let need = if held.required_approvals > 1 {
+        format!(" ({} distinct approvers needed)", held.required_approvals)
+    } else {
+        String::new()
+    };
+    Finished::new(
+        exit::HELD,
+        receipt,
+        format!(
+            "[APPROVAL REQUIRED] Session `{}` wants to run: `{}`{need}\nApprove with `tether-exec approve {}` or reject with `tether-exec reject {} --reason \"<reason>\"`.",
+            held.session,
+            req.command_text(),
+            held.id,
+            held.id
+        ),
+    )
+}
+
+/// Rebuild the policy a held action was approved under.
+fn held_policy(ctx: &HeldContext) -> Result<Policy, String> {
+    if ctx.layers.is_empty() {
+        return Ok(Policy::embedded_default());
+    }
+    let mut layers = Vec::new();
+    for (source, text) in &ctx.layers {
+        let format = Format::guess(Path::new(source), text);
+        layers.push(Layer::parse(text, source, format).map_err(|e| format!("the held policy no longer parses: {e}"))?);
+    }
+    Ok(Policy::new(layers, ctx.files.clone()))
+}
+
+/// Exit code for an approval error: 125 when tether-exec failed, 77 when it refuses.
+pub fn refusal_code(e: &ApprovalError) -> i32 {
+    match e {
+        ApprovalError::Io { .. }
+        | ApprovalError::Database { .. }
+        | ApprovalError::SchemaTooNew { .. }
+        | ApprovalError::Randomness { .. }
+        | ApprovalError::KeyPermissions { .. }
+        | ApprovalError::KeyOwner { .. }
+        | ApprovalError::KeyFile { .. }
+        | ApprovalError::NoHomeDirectory { .. }
+        | ApprovalError::NotFound { .. } => exit::INTERNAL,
+        _ => exit::REFUSED,
+    }
+}
+
+/// `tether-exec resume ID`.
+pub fn resume(id: &str, state: &Path) -> Finished {
+    let mut receipt = Receipt::new(String::new());
+    receipt.pending_id = Some(id.to_string());
+    let store = match ApprovalStore::open(state) {
+        Ok(s) => s,
+        Err(e) => return Finished::new(exit::INTERNAL, receipt, format!("tether-exec: {e}")),
+    };
+    let mut log = match open_audit(state) {
+        Ok(l) => l,
+        Err(e) => return Finished::new(exit::INTERNAL, receipt, e),
+    };
+    let refused = |log: &mut AuditLog, receipt: Receipt, code: i32, why: String| {
+        let mut rec = AuditEntry::new(EntryKind::ResumeRefused);
+        rec.approval_id = Some(id.to_string());
+        rec.detail = Some(why.clone());
+        if let Err(e) = log.append(rec) {
+            return Finished {
+                code: exit::INTERNAL,
+                receipt,
+                stderr: vec![why, format!("tether-exec: and the refusal could not be audited: {e}")],
+            };
+        }
+        Finished::new(code, receipt, why)
+    };
+    let action = match store.get(id) {
+        Ok(a) => a,
+        Err(e) => return refused(&mut log, receipt, refusal_code(&e), format!("tether-exec: {e}")),
+    };
+    receipt.session = Some(action.session.clone());
+    let ctx: HeldContext = match serde_json::from_str(&action.policy_json) {
+        Ok(c) => c,
+        Err(e) => {
+            return refused(
+                &mut log,
+                receipt,
+                exit::REFUSED,
+                format!("tether-exec: the held action's context is unreadable ({e}); it cannot run"),
+            )
+        }
+    };
+    let policy = match held_policy(&ctx) {
+        Ok(p) => p,
+        Err(e) => return refused(&mut log, receipt, exit::REFUSED, format!("tether-exec: {e}")),
+    };
+    receipt.policy_digest = policy.digest();
+    if policy.digest() != action.bindings.policy_digest {
+        return refused(&mut log, receipt, exit::REFUSED, format!("tether-exec: refusing {id}: the stored policy does not match the digest it was held under (the state directory was edited)"));
+    }
+    // The policy in force now: the same files, re-read. A changed file changes the digest.
+    let current_policy = match crate::load_policy(&ctx.files) {
+        Ok(p) => p,
+        Err(e) => {
+            return refused(
+                &mut log,
+                receipt,
+                exit::REFUSED,
+                format!("tether-exec: refusing {id}: the policy no longer loads: {e}"),
+            )
+        }
+    };
+    let stdin = match store.stdin(id) {
+        Ok(s) => s,
+        Err(e) => return refused(&mut log, receipt, refusal_code(&e), format!("tether-exec: {e}")),
+    };
+    let cwd = PathBuf::from(&action.intent.cwd);
+    let argv = match (&action.intent.script, &action.intent.argv) {
+        (Some(s), _) => vec!["bash".to_string(), "-c".to_string(), s.clone()],
+        (None, Some(a)) => a.clone(),
+        (None, None) => {
+            return refused(
+                &mut log,
+                receipt,
+                exit::REFUSED,
+                format!("tether-exec: {id} has no command"),
+            )
+        }
+    };
+    let plan = match plan_for(&policy, &ctx.workspace, &cwd, argv, state) {
+        Ok(p) => p,
+        Err(e) => return refused(&mut log, receipt, exit::INTERNAL, e),
+    };
+    let mut current_bindings = match bindings(&current_policy, &ctx.workspace, state) {
+        Ok(b) => b,
+        Err(e) => return refused(&mut log, receipt, exit::INTERNAL, e),
+    };
+    current_bindings.policy_digest = current_policy.digest();
+    let current = Current {
+        session: action.session.clone(),
+        intent: intent_of(
+            action.intent.script.clone(),
+            action.intent.argv.as_deref().unwrap_or(&[]),
+            &stdin,
+            &cwd,
+            env_digest(&plan),
+        ),
+        bindings: current_bindings,
+        session_proposals: store.session_proposals(&action.session).unwrap_or(0),
+    };
+    match store.begin_resume(id, &current, now_ms()) {
+        Err(e) => refused(
+            &mut log,
+            receipt,
+            refusal_code(&e),
+            format!("tether-exec: refusing to resume {id}: {e}"),
+        ),
+        Ok(Resume::Rejected(reason)) => {
+            receipt.decision = Some(Verdict::Deny);
+            Finished::new(exit::REFUSED, receipt, format!("[ACTION REJECTED BY POLICY]: {reason}"))
+        }
+        Ok(Resume::Pending { have, need }) => Finished::new(
+            exit::HELD,
+            receipt,
+            format!(
+                "[APPROVAL REQUIRED] {id} has {have} of {need} approvals. Approve with `tether-exec approve {id}`."
+            ),
+        ),
+        Ok(Resume::AlreadyRan(r)) => {
+            let code = r.exit_code.unwrap_or(exit::INTERNAL);
+            let mut out = Finished::new(
+                code,
+                receipt,
+                format!(
+                    "tether-exec: {id} already ran (exit {code}); it never runs twice. This is its recorded result."
+                ),
+            );
+            out.receipt.exit_code = r.exit_code;
+            out.receipt.signal = r.signal;
+            out.receipt.timed_out = r.timed_out;
+            out.receipt.duration_ms = r.duration_ms;
+            out
+        }
+        Ok(Resume::Run(ticket)) => {
+            receipt.decision = Some(Verdict::Allow);
+            let approvers: Vec<String> = ticket
+                .action()
+                .approvals
+                .iter()
+                .filter(|e| !e.superseded)
+                .map(|e| e.approver_key_id.clone())
+                .collect();
+            let mut start = AuditEntry::new(EntryKind::RunStart);
+            start.session = Some(action.session.clone());
+            start.approval_id = Some(id.to_string());
+            start.approver_key_ids = Some(approvers);
+            start.policy_digest = Some(receipt.policy_digest.clone());
+            start.command = Some(
+                action
+                    .intent
+                    .script
+                    .clone()
+                    .unwrap_or_else(|| shell_words(action.intent.argv.as_deref().unwrap_or(&[]))),
+            );
+            start.stdin_digest = Some(action.intent.stdin_digest.clone());
+            if let Err(e) = append(&mut log, start) {
+                // Fail closed: the ticket is dropped unfinished, so the action
+                // reads as interrupted and needs a fresh approval.
+                return Finished::new(exit::INTERNAL, receipt, e);
+            }
+            let stdin = ticket.stdin().to_vec();
+            let done = execute(
+                &plan,
+                &policy,
+                Some(&stdin),
+                receipt,
+                &mut log,
+                Some(action.session.clone()),
+                Some(id.to_string()),
+                state,
+            );
+            let result = RecordedResult {
+                exit_code: done.receipt.exit_code,
+                signal: done.receipt.signal,
+                timed_out: done.receipt.timed_out,
+                duration_ms: done.receipt.duration_ms,
+                receipt_json: serde_json::to_string(&done.receipt).unwrap_or_default(),
+            };
+            let mut done = done;
+            if let Err(e) = store.finish(ticket, &result) {
+                done.stderr.push(format!(
+                    "tether-exec: the action ran, but its result could not be recorded: {e}"
+                ));
+            }
+            done
+        }
+    }
+}

@@ -1,0 +1,149 @@
+//! The workspace's state, as far as approvals need it.
+//!
+//! An approval is bound to the workspace as it was when the action was held:
+//! its *fingerprint* (every entry's relative path, type, size, modification
+//! time, mode and inode, hashed in path order; contents are not read, so the
+//! cost grows with the number of entries, not their size) and its *generation*
+//! (a counter in the state directory that every writable run bumps). Same
+//! generation with different content, or the same content after runs, both
+//! show as a change. Symlinks are recorded by their target, never followed.
+
+use sha2::{Digest, Sha256};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, thiserror::Error)]
+pub enum WorkspaceError {
+    #[error("cannot read {path} while fingerprinting the workspace: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot record the workspace generation in {path}: {source}")]
+    Generation {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// SHA-256 over the metadata of every entry below `root` (`sha256:<hex>`).
+pub fn fingerprint(root: &Path) -> Result<String, WorkspaceError> {
+    let mut entries: Vec<(Vec<u8>, [u64; 6], Vec<u8>)> = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let rd = std::fs::read_dir(&dir).map_err(|e| WorkspaceError::Read {
+            path: dir.clone(),
+            source: e,
+        })?;
+        for e in rd {
+            let e = e.map_err(|e| WorkspaceError::Read {
+                path: dir.clone(),
+                source: e,
+            })?;
+            let path = e.path();
+            let m = std::fs::symlink_metadata(&path).map_err(|e| WorkspaceError::Read {
+                path: path.clone(),
+                source: e,
+            })?;
+            let rel = path.strip_prefix(root).unwrap_or(&path).as_os_str().as_bytes().to_vec();
+            let kind = if m.is_dir() {
+                1
+            } else if m.file_type().is_symlink() {
+                2
+            } else {
+                0
+            };
+            let target = if kind == 2 {
+                std::fs::read_link(&path)
+                    .map(|t| t.as_os_str().as_bytes().to_vec())
+                    .unwrap_or_default()
+            } else {
+                Vec::new()
+            };
+            // Directory sizes and times change with their entries, which are hashed anyway.
+            let (size, mtime) = if kind == 1 {
+                (0, 0)
+            } else {
+                (m.size(), m.mtime_nsec() as u64 ^ (m.mtime() as u64) << 30)
+            };
+            entries.push((
+                rel,
+                [kind, size, mtime, u64::from(m.mode()), m.ino(), m.nlink()],
+                target,
+            ));
+            if kind == 1 {
+                stack.push(path);
+            }
+        }
+    }
+    entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    let mut h = Sha256::new();
+    for (rel, meta, target) in &entries {
+        h.update((rel.len() as u64).to_le_bytes());
+        h.update(rel);
+        for v in meta {
+            h.update(v.to_le_bytes());
+        }
+        h.update((target.len() as u64).to_le_bytes());
+        h.update(target);
+    }
+    Ok(format!("sha256:{}", crate::policy::hex(&h.finalize())))
+}
+
+fn generation_file(state_dir: &Path, workspace: &Path) -> PathBuf {
+    let id = crate::policy::hex(&Sha256::digest(workspace.as_os_str().as_bytes()));
+    state_dir.join("generations").join(&id[..32])
+}
+
+/// How many writable runs have happened in this workspace (0 if none).
+pub fn generation(state_dir: &Path, workspace: &Path) -> u64 {
+    std::fs::read_to_string(generation_file(state_dir, workspace))
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Count one more writable run. Written atomically (temp file + rename).
+pub fn bump_generation(state_dir: &Path, workspace: &Path) -> Result<u64, WorkspaceError> {
+    let path = generation_file(state_dir, workspace);
+    let err = |e| WorkspaceError::Generation {
+        path: path.clone(),
+        source: e,
+    };
+    std::fs::create_dir_all(path.parent().expect("has a parent")).map_err(err)?;
+    let next = generation(state_dir, workspace) + 1;
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    std::fs::write(&tmp, next.to_string()).map_err(err)?;
+    std::fs::rename(&tmp, &path).map_err(err)?;
+    Ok(next)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fingerprint_sees_content_metadata_and_names() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("a"), "1").unwrap();
+        let f1 = fingerprint(d.path()).unwrap();
+        assert_eq!(f1, fingerprint(d.path()).unwrap());
+        std::fs::write(d.path().join("a"), "22").unwrap();
+        let f2 = fingerprint(d.path()).unwrap();
+        assert_ne!(f1, f2);
+        std::fs::create_dir(d.path().join("sub")).unwrap();
+        assert_ne!(f2, fingerprint(d.path()).unwrap());
+    }
+
+    #[test]
+    fn generations_count_up() {
+        let s = tempfile::tempdir().unwrap();
+        let w = Path::new("/some/ws");
+        assert_eq!(generation(s.path(), w), 0);
+        assert_eq!(bump_generation(s.path(), w).unwrap(), 1);
+        assert_eq!(generation(s.path(), w), 1);
+    }
+}

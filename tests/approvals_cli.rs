@@ -1,0 +1,309 @@
+//! Held actions, approvals and resume through the command line, judged from the
+//! host (files in the workspace, the store's state). The library tests in
+//! `tests/approval.rs` cover the full tamper matrix of the signed evidence; these
+//! show the launcher binds what it says it binds and runs an action at most once.
+
+mod common;
+use common::*;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+const POLICY: &str = "require_approval_for = [\"rm\", \"tee\"]\nbash_allow_prefixes = [\"ls\", \"touch\", \"echo\", \"cat\"]\ndefault = \"ask\"\n";
+
+fn tx(w: &World, args: &[&str]) -> Output {
+    Command::new(bin())
+        .arg("--state-dir")
+        .arg(&w.state)
+        .args(args)
+        .current_dir(&w.ws)
+        .env("TETHER_EXEC_APPROVER_KEY", w.outside.join("approver.key"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// Hold `script` under POLICY; returns the action id.
+fn hold(w: &World, policy: &Path, script: &str) -> String {
+    let o = tx(
+        w,
+        &[
+            "run",
+            "--policy",
+            policy.to_str().unwrap(),
+            "--session",
+            "ses_test",
+            "-c",
+            script,
+        ],
+    );
+    assert_eq!(o.status.code(), Some(75), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(
+        err.starts_with("[APPROVAL REQUIRED] Session `ses_test` wants to run:"),
+        "{err}"
+    );
+    err.split("tether-exec approve ")
+        .nth(1)
+        .unwrap()
+        .split('`')
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn held_action_runs_once_after_approval() {
+    let w = World::new();
+    let p = w.policy(POLICY);
+    w.write("build/out.o", "x");
+    let id = hold(&w, &p, "rm -rf build && echo ran >> runs.log");
+    assert!(exists(&w.ws.join("build/out.o")), "held actions do not run");
+    let pending = tx(&w, &["pending", "--json"]);
+    assert!(stdout(&pending).contains(&id));
+    assert_eq!(tx(&w, &["resume", &id]).status.code(), Some(75), "not approved yet");
+    let o = tx(&w, &["approve", &id]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = tx(&w, &["resume", &id]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(!exists(&w.ws.join("build")), "the approved command ran");
+    // A second resume returns the recorded result without running again.
+    let o = tx(&w, &["resume", &id]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("already ran"));
+    assert_eq!(
+        std::fs::read_to_string(w.ws.join("runs.log")).unwrap(),
+        "ran\n",
+        "ran exactly once"
+    );
+    assert!(!stdout(&tx(&w, &["pending"])).contains(&id));
+}
+
+#[test]
+fn rejection_is_reported_as_the_agents_observation() {
+    let w = World::new();
+    let p = w.policy(POLICY);
+    w.write("build/x", "x");
+    let id = hold(&w, &p, "rm -rf build");
+    assert!(tx(&w, &["reject", &id, "--reason", "use make clean"]).status.success());
+    let o = tx(&w, &["resume", &id]);
+    assert_eq!(o.status.code(), Some(77));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stderr).trim(),
+        "[ACTION REJECTED BY POLICY]: use make clean"
+    );
+    assert!(exists(&w.ws.join("build/x")));
+}
+
+#[test]
+fn held_stdin_is_what_runs() {
+    let w = World::new();
+    let p = w.policy(POLICY);
+    let mut c = Command::new(bin())
+        .arg("--state-dir")
+        .arg(&w.state)
+        .args(["run", "--policy", p.to_str().unwrap(), "-c", "tee got.txt"])
+        .current_dir(&w.ws)
+        .env("TETHER_EXEC_APPROVER_KEY", w.outside.join("approver.key"))
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    c.stdin.take().unwrap().write_all(b"held input").unwrap();
+    let o = c.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    let id = err
+        .split("tether-exec approve ")
+        .nth(1)
+        .unwrap()
+        .split('`')
+        .next()
+        .unwrap()
+        .to_string();
+    assert!(tx(&w, &["approve", &id]).status.success());
+    let o = tx(&w, &["resume", &id]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(std::fs::read_to_string(w.ws.join("got.txt")).unwrap(), "held input");
+}
+
+#[test]
+fn a_changed_workspace_invalidates_the_approval() {
+    let w = World::new();
+    let p = w.policy(POLICY);
+    w.write("build/x", "x");
+    let id = hold(&w, &p, "rm -rf build");
+    assert!(tx(&w, &["approve", &id]).status.success());
+    w.write("new-file.txt", "changed after approval");
+    let o = tx(&w, &["resume", &id]);
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    assert!(
+        text(&o).contains("workspace"),
+        "the refusal names what changed: {}",
+        text(&o)
+    );
+    assert!(exists(&w.ws.join("build/x")));
+}
+
+#[test]
+fn a_changed_policy_invalidates_the_approval() {
+    let w = World::new();
+    let p = w.policy(POLICY);
+    w.write("build/x", "x");
+    let id = hold(&w, &p, "rm -rf build");
+    assert!(tx(&w, &["approve", &id]).status.success());
+    std::fs::write(&p, format!("{POLICY}network = true\n")).unwrap();
+    let o = tx(&w, &["resume", &id]);
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    assert!(text(&o).contains("policy"), "{}", text(&o));
+    assert!(exists(&w.ws.join("build/x")));
+}
+
+#[test]
+fn an_edited_command_in_the_store_is_refused() {
+    let w = World::new();
+    let p = w.policy(POLICY);
+    w.write("build/x", "x");
+    let id = hold(&w, &p, "rm -rf build");
+    assert!(tx(&w, &["approve", &id]).status.success());
+    // The attacker with write access to the database swaps the command.
+    let db = rusqlite::Connection::open(w.state.join("approvals.sqlite")).unwrap();
+    let intent: String = db
+        .query_row("SELECT intent_json FROM actions WHERE id = ?1", [&id], |r| r.get(0))
+        .unwrap();
+    let edited = intent.replace("rm -rf build", "touch pwned");
+    assert_ne!(intent, edited);
+    db.execute("UPDATE actions SET intent_json = ?1 WHERE id = ?2", [&edited, &id])
+        .unwrap();
+    drop(db);
+    let o = tx(&w, &["resume", &id]);
+    assert_ne!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        !exists(&w.ws.join("pwned")) && exists(&w.ws.join("build/x")),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
+fn an_expired_approval_leaves_the_action_frozen() {
+    let w = World::new();
+    let p = w.policy(&format!("{POLICY}approval_ttl_seconds = 1\n"));
+    w.write("build/x", "x");
+    let id = hold(&w, &p, "rm -rf build");
+    assert!(tx(&w, &["approve", &id]).status.success());
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let o = tx(&w, &["resume", &id]);
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    assert!(exists(&w.ws.join("build/x")));
+    // A fresh approval for the same intent replaces the expired one.
+    assert!(tx(&w, &["approve", &id]).status.success());
+    let o = tx(&w, &["resume", &id]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(!exists(&w.ws.join("build")));
+}
+
+#[test]
+fn concurrent_resumes_run_the_action_once() {
+    let w = World::new();
+    let p = w.policy(POLICY);
+    let counter = w.ws.join("runs.log");
+    let id = hold(&w, &p, "tee -a runs.log < /dev/null; echo run >> runs.log");
+    assert!(tx(&w, &["approve", &id]).status.success());
+    let children: Vec<_> = (0..20)
+        .map(|_| {
+            Command::new(bin())
+                .arg("--state-dir")
+                .arg(&w.state)
+                .args(["resume", &id])
+                .current_dir(&w.ws)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut c in children {
+        let _ = c.wait();
+    }
+    let runs = std::fs::read_to_string(&counter).unwrap_or_default();
+    assert_eq!(runs.lines().count(), 1, "the action ran {} times", runs.lines().count());
+}
+
+#[test]
+fn nothing_inside_the_sandbox_can_approve() {
+    let w = World::new();
+    let p = w.policy(POLICY);
+    w.write("build/x", "x");
+    let id = hold(&w, &p, "rm -rf build");
+    // Give the sandbox the launcher binary itself, and let it try with the real state dir.
+    std::fs::copy(bin(), w.ws.join("tx")).unwrap();
+    let attempt = format!(
+        "./tx --state-dir {} approve {id}; ./tx approve {id}; ls {}",
+        w.state.display(),
+        w.state.display()
+    );
+    let o = w.run(&attempt);
+    let st = tx(&w, &["show", &id, "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap();
+    assert_eq!(
+        v["action"]["approvals"].as_array().unwrap().len(),
+        0,
+        "approved from inside: {}",
+        text(&o)
+    );
+    assert_eq!(v["action"]["state"], "pending");
+    // Control: the same command on the host approves.
+    let c = Command::new(w.ws.join("tx"))
+        .arg("--state-dir")
+        .arg(&w.state)
+        .args(["approve", &id])
+        .env("TETHER_EXEC_APPROVER_KEY", w.outside.join("approver.key"))
+        .output()
+        .unwrap();
+    assert!(c.status.success(), "control: {}", text(&c));
+}
+
+#[test]
+fn receipts_carry_the_pending_id_and_the_isolation() {
+    let w = World::new();
+    let p = w.policy(POLICY);
+    let r = w.outside.join("r.json");
+    let o = tx(
+        &w,
+        &[
+            "run",
+            "--policy",
+            p.to_str().unwrap(),
+            "--receipt",
+            r.to_str().unwrap(),
+            "-c",
+            "rm x",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(75));
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&r).unwrap()).unwrap();
+    assert!(v["pending_id"].as_str().unwrap().starts_with("apr_"));
+    assert_eq!(v["decision"], "ask");
+    let o = tx(
+        &w,
+        &[
+            "run",
+            "--policy",
+            p.to_str().unwrap(),
+            "--receipt",
+            r.to_str().unwrap(),
+            "-c",
+            "ls",
+        ],
+    );
+    assert!(o.status.success());
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&r).unwrap()).unwrap();
+    assert_eq!(v["v"], 1);
+    assert_eq!(v["exit_code"], 0);
+    assert_eq!(
+        v["isolation"]["landlock"]["enforcement"],
+        "fully enforced (hard requirement)"
+    );
+    assert!(v["policy_digest"].as_str().unwrap().starts_with("sha256:"));
+    assert!(v["audit_seq"].as_u64().unwrap() >= 1);
+}

@@ -1,0 +1,163 @@
+//! The audit trail through the command line: every decision is recorded,
+//! tampering is detected by `audit verify`, secrets are redacted, and a run
+//! whose record cannot be written does not run.
+
+mod common;
+use common::*;
+use std::process::{Command, Output, Stdio};
+
+fn tx(w: &World, args: &[&str]) -> Output {
+    Command::new(bin())
+        .arg("--state-dir")
+        .arg(&w.state)
+        .args(args)
+        .current_dir(&w.ws)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+fn populate(w: &World, n: usize) {
+    for i in 0..n {
+        assert!(w.run(&format!("echo {i} > f{i}.txt")).status.success());
+    }
+}
+
+fn log_lines(w: &World) -> Vec<String> {
+    std::fs::read_to_string(w.state.join("audit/log.jsonl"))
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+fn write_lines(w: &World, lines: &[String]) {
+    std::fs::write(w.state.join("audit/log.jsonl"), lines.join("\n") + "\n").unwrap();
+}
+
+fn verify(w: &World) -> (i32, String) {
+    let o = tx(w, &["audit", "verify"]);
+    (o.status.code().unwrap(), stdout(&o))
+}
+
+#[test]
+fn every_run_is_recorded_and_the_chain_verifies() {
+    let w = World::new();
+    populate(&w, 3);
+    tx(&w, &["run", "-c", "true"]);
+    let (code, out) = verify(&w);
+    assert_eq!(code, 0, "{out}");
+    // decision + run_end per run
+    assert_eq!(log_lines(&w).len(), 8, "{out}");
+    let show = stdout(&tx(&w, &["audit", "show", "--json"]));
+    assert_eq!(show.lines().count(), 8);
+    assert!(show.contains("\"kind\":\"decision\"") && show.contains("\"kind\":\"run_end\""));
+}
+
+#[test]
+fn editing_one_byte_is_detected() {
+    let w = World::new();
+    populate(&w, 3);
+    let mut lines = log_lines(&w);
+    // The second run's end: seq 4. One byte: its exit code 0 becomes 1.
+    let i = 3;
+    lines[i] = lines[i].replacen("\"exit_code\":0", "\"exit_code\":1", 1);
+    assert!(lines[i].contains("\"exit_code\":1"), "the record to edit: {}", lines[i]);
+    write_lines(&w, &lines);
+    let (code, out) = verify(&w);
+    assert_eq!(code, 1);
+    assert!(out.contains("Edited") && out.contains("record 4"), "{out}");
+}
+
+#[test]
+fn deleting_swapping_truncating_and_forging_are_detected() {
+    let w = World::new();
+    populate(&w, 4);
+    let orig = log_lines(&w);
+    let cases: Vec<(&str, Vec<String>)> = vec![
+        ("Missing", [&orig[..3], &orig[4..]].concat()),
+        ("Reordered", {
+            let mut l = orig.clone();
+            l.swap(3, 4);
+            l
+        }),
+        ("Truncated", orig[..5].to_vec()),
+        ("ForgedAppend", {
+            let mut l = orig.clone();
+            // A forged record with a correct-looking chain link: copy the last one, bump seq.
+            let last: serde_json::Value = serde_json::from_str(orig.last().unwrap()).unwrap();
+            let mut forged = last.clone();
+            forged["seq"] = serde_json::json!(last["seq"].as_u64().unwrap() + 1);
+            forged["prev"] = last["hash"].clone();
+            l.push(forged.to_string());
+            l
+        }),
+    ];
+    for (kind, lines) in cases {
+        write_lines(&w, &lines);
+        let (code, out) = verify(&w);
+        assert_eq!(code, 1, "{kind} not detected: {out}");
+        assert!(out.contains(kind), "{kind} expected: {out}");
+        write_lines(&w, &orig);
+        assert_eq!(verify(&w).0, 0, "restored log verifies again");
+    }
+}
+
+#[test]
+fn secrets_in_command_text_are_redacted() {
+    let w = World::new();
+    tx(
+        &w,
+        &[
+            "run",
+            "-c",
+            "echo --password=hunter2 AWS_SECRET_ACCESS_KEY=abc123xyz 'Authorization: Bearer tok_live_9f8e7d'",
+        ],
+    );
+    let log = std::fs::read_to_string(w.state.join("audit/log.jsonl")).unwrap();
+    for secret in ["hunter2", "abc123xyz", "tok_live_9f8e7d"] {
+        assert!(!log.contains(secret), "{secret} reached the audit log: {log}");
+    }
+    assert!(log.contains("echo"), "the command is still recorded: {log}");
+}
+
+#[test]
+fn an_unwritable_audit_log_means_nothing_runs() {
+    let w = World::new();
+    // The audit directory is a regular file: nothing can be written there, root or not.
+    std::fs::write(w.state.join("audit"), "not a directory").unwrap();
+    let o = tx(&w, &["run", "-c", "touch ran.txt"]);
+    assert_eq!(o.status.code(), Some(125), "{}", text(&o));
+    assert!(text(&o).contains("audit"), "{}", text(&o));
+    assert!(
+        !exists(&w.ws.join("ran.txt")),
+        "the command ran without an audit record"
+    );
+    // Control: with a working log the same command runs.
+    std::fs::remove_file(w.state.join("audit")).unwrap();
+    assert!(tx(&w, &["run", "-c", "touch ran.txt"]).status.success());
+    assert!(exists(&w.ws.join("ran.txt")));
+}
+
+#[test]
+fn concurrent_runs_keep_the_chain() {
+    let w = World::new();
+    let children: Vec<_> = (0..16)
+        .map(|i| {
+            Command::new(bin())
+                .arg("--state-dir")
+                .arg(&w.state)
+                .args(["run", "-c", &format!("echo {i}")])
+                .current_dir(&w.ws)
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut c in children {
+        assert!(c.wait().unwrap().success());
+    }
+    let (code, out) = verify(&w);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(log_lines(&w).len(), 32);
+}

@@ -1,3 +1,0 @@
-//! Scratch crate for `tether_exec::approval`; see [`approval`].
-
-pub mod approval;
