@@ -464,7 +464,9 @@ pub struct AuditLog {
     log_path: PathBuf,
     log: File,
     conn: Connection,
-    key: SigningKey,
+    /// Loaded when a checkpoint is signed (every 256 records), not on every
+    /// open: deriving the public half costs a scalar multiplication per launch.
+    key: std::cell::OnceCell<SigningKey>,
 }
 
 struct Head {
@@ -483,7 +485,11 @@ impl AuditLog {
             .mode(0o700)
             .create(&dir)
             .map_err(io_err(format!("cannot create {}", dir.display())))?;
-        let key = load_or_create_key(&dir)?;
+        // First use creates the host key pair; afterwards it is read when needed.
+        let key = std::cell::OnceCell::new();
+        if !dir.join(KEY_FILE).exists() || !dir.join(PUB_FILE).exists() {
+            let _ = key.set(load_or_create_key(&dir)?);
+        }
         let conn = open_db(&dir.join(DB_FILE))?;
         let log_path = dir.join(LOG_FILE);
         let log = open_log(&log_path)?;
@@ -653,7 +659,11 @@ impl AuditLog {
     }
 
     fn insert_checkpoint(&self, seq: u64, hash: &str) -> Result<(), AuditError> {
-        let signature = self.key.sign(checkpoint_message(seq, hash).as_bytes());
+        if self.key.get().is_none() {
+            let _ = self.key.set(load_or_create_key(&self.dir)?);
+        }
+        let key = self.key.get().expect("set above");
+        let signature = key.sign(checkpoint_message(seq, hash).as_bytes());
         self.conn
             .prepare_cached("INSERT OR IGNORE INTO checkpoints(seq, hash, signature) VALUES (?1, ?2, ?3)")?
             .execute(rusqlite::params![to_i64(seq)?, hash, hex::encode(signature.to_bytes())])?;
@@ -697,6 +707,14 @@ fn open_db(path: &Path) -> Result<Connection, AuditError> {
         OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )?;
     conn.busy_timeout(BUSY_TIMEOUT)?;
+    // Every run is a new process that opens and closes the log. By default the
+    // last connection to close checkpoints the WAL and deletes it, so the next
+    // run recreates it and pays a header sync and a directory fsync: keep the
+    // WAL between runs instead. A kept WAL is scanned by every new process to
+    // rebuild its index, so keep it short: checkpoint every 32 pages (~128 KiB),
+    // which spreads one checkpoint's fsyncs over many runs.
+    conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)?;
+    conn.pragma_update(None, "wal_autocheckpoint", 32)?;
     // WAL: readers (verify, `audit show`) never block the writer, and a
     // commit is an append to the WAL rather than a rewrite of the journal.
     // synchronous=NORMAL: no fsync per commit, only at WAL checkpoints; the

@@ -226,7 +226,10 @@ fn execute(
 ) -> Finished {
     let isolation = Isolation::of(plan);
     let outcome = apply::run(plan, stdin);
-    if policy.profile() == Profile::WorkspaceWrite {
+    // Generations only matter between a hold and its resume: count them once
+    // anything has ever been held in this state directory.
+    let held_before = state.join(approval::DB_FILE_NAME).exists();
+    if policy.profile() == Profile::WorkspaceWrite && held_before {
         // Any writable run may change the workspace: approvals bound to the
         // previous generation no longer hold.
         if let Err(e) = crate::workspace::bump_generation(state, &plan.workspace) {

@@ -57,7 +57,9 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>) -> Hos
     if let Some((_, path)) = env.iter().find(|(k, _)| k == "PATH") {
         for entry in path.split(':') {
             let p = Path::new(entry);
-            if !p.is_absolute() {
+            // Entries inside the system tree are bound already; resolving them
+            // costs a readlink per component on every launch.
+            if !p.is_absolute() || (system(p) && !entry.contains("..")) {
                 continue;
             }
             if let Ok(real) = std::fs::canonicalize(p) {
