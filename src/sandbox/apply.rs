@@ -149,6 +149,14 @@ pub fn run(plan: &Plan, stdin: Option<&[u8]>) -> Result<Outcome, ApplyError> {
         flags |= libc::CLONE_NEWNET as u64;
     }
     flags |= libc::CLONE_PIDFD as u64;
+    // As root the sandbox's processes belong to host uid 0, which the kernel
+    // exempts from RLIMIT_NPROC: a pids cgroup bounds them instead. It is
+    // entered without migrating anyone (see `PidsCgroup`).
+    let cgroup = if plan.outer_uid == 0 {
+        Some(PidsCgroup::create(plan.pids_max)?)
+    } else {
+        None
+    };
     let mut pidfd: RawFd = -1;
     let mut args = CloneArgs {
         flags,
@@ -156,6 +164,14 @@ pub fn run(plan: &Plan, stdin: Option<&[u8]>) -> Result<Outcome, ApplyError> {
         exit_signal: libc::SIGCHLD as u64,
         ..CloneArgs::default()
     };
+    if let Some(fd) = cgroup.as_ref().and_then(|c| c.v2_fd.as_ref()) {
+        args.flags |= CLONE_INTO_CGROUP;
+        args.cgroup = fd.as_raw_fd() as u64;
+    }
+    let self_attach = cgroup
+        .as_ref()
+        .filter(|c| c.v2_fd.is_none())
+        .map(|c| c.dir.join("tasks"));
     let started = Instant::now();
     // SAFETY: clone3 with a valid clone_args of the size we pass and no stack
     // (fork semantics). The process is single-threaded here (see module doc),
@@ -180,7 +196,7 @@ pub fn run(plan: &Plan, stdin: Option<&[u8]>) -> Result<Outcome, ApplyError> {
     if pid == 0 {
         drop(sync_w);
         drop(err_r);
-        init(plan, &prepared, sync_r, err_w, stdin_fd);
+        init(plan, &prepared, sync_r, err_w, stdin_fd, self_attach.as_deref());
     }
     let pid = pid as libc::pid_t;
     // SAFETY: CLONE_PIDFD made the kernel store a new descriptor in `pidfd`.
@@ -189,20 +205,6 @@ pub fn run(plan: &Plan, stdin: Option<&[u8]>) -> Result<Outcome, ApplyError> {
     drop(err_w);
     drop(stdin_fd);
 
-    // As root the sandbox's processes belong to host uid 0, which the kernel
-    // exempts from RLIMIT_NPROC: a pids cgroup bounds them instead.
-    let cgroup = if plan.outer_uid == 0 {
-        match PidsCgroup::create(plan.pids_max).and_then(|c| c.add(pid).map(|_| c)) {
-            Ok(c) => Some(c),
-            Err(e) => {
-                kill(pid);
-                wait_pid(pid);
-                return Err(e);
-            }
-        }
-    } else {
-        None
-    };
     if let Err(e) = write_id_maps(pid, plan) {
         kill(pid);
         wait_pid(pid);
@@ -247,8 +249,32 @@ pub fn run(plan: &Plan, stdin: Option<&[u8]>) -> Result<Outcome, ApplyError> {
 }
 
 /// A pids cgroup (v1 `pids` hierarchy, or v2 with the pids controller) for one run.
+///
+/// Moving *another* process into a cgroup takes the kernel's global
+/// threadgroup lock, which waits out an RCU grace period (measured: 30 ms on
+/// an idle machine). Nothing is moved here: on v2 the sandbox is born in the
+/// cgroup (`CLONE_INTO_CGROUP`); on v1 its single-threaded init moves itself by
+/// writing `0` to `tasks`, which the kernel does without that lock.
 struct PidsCgroup {
     dir: PathBuf,
+    /// The cgroup directory, for CLONE_INTO_CGROUP (v2 only).
+    v2_fd: Option<OwnedFd>,
+}
+
+const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+
+/// Remove cgroups left by launchers that were killed (SIGKILL skips `Drop`):
+/// named after a pid that no longer runs, and empty (rmdir refuses otherwise).
+fn sweep_stale(base: &Path) {
+    let Ok(rd) = std::fs::read_dir(base) else { return };
+    for e in rd.flatten() {
+        let name = e.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("tether-exec-")) else { continue };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else { continue };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir(e.path());
+        }
+    }
 }
 
 impl PidsCgroup {
@@ -274,20 +300,19 @@ impl PidsCgroup {
                 b
             }
         };
-        let dir = base.join(format!(
-            "tether-exec-{}-{}",
-            std::process::id(),
-            Instant::now().elapsed().as_nanos()
-        ));
+        sweep_stale(&base);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let dir = base.join(format!("tether-exec-{}-{nanos}", std::process::id()));
         std::fs::create_dir(&dir).map_err(|e| setup(step, format!("{}: {e}", dir.display())))?;
-        let c = PidsCgroup { dir };
+        let mut c = PidsCgroup { dir, v2_fd: None };
         std::fs::write(c.dir.join("pids.max"), max.to_string()).map_err(|e| setup(step, e))?;
+        if !c.dir.join("tasks").exists() {
+            let f = std::fs::File::open(&c.dir).map_err(|e| setup(step, e))?;
+            c.v2_fd = Some(f.into());
+        }
         Ok(c)
-    }
-
-    fn add(&self, pid: libc::pid_t) -> Result<(), ApplyError> {
-        std::fs::write(self.dir.join("cgroup.procs"), pid.to_string())
-            .map_err(|e| setup("pids cgroup: add the sandbox", e))
     }
 }
 
@@ -449,7 +474,14 @@ fn errno() -> std::io::Error {
 }
 
 /// pid 1 of the sandbox. Never returns.
-fn init(plan: &Plan, prep: &Prepared, sync: OwnedFd, err: OwnedFd, stdin_fd: Option<OwnedFd>) -> ! {
+fn init(
+    plan: &Plan,
+    prep: &Prepared,
+    sync: OwnedFd,
+    err: OwnedFd,
+    stdin_fd: Option<OwnedFd>,
+    cgroup_tasks: Option<&Path>,
+) -> ! {
     // Die with tether-exec; then the kernel kills the whole namespace.
     // SAFETY: prctl with integer arguments only.
     unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) };
@@ -461,6 +493,12 @@ fn init(plan: &Plan, prep: &Prepared, sync: OwnedFd, err: OwnedFd, stdin_fd: Opt
         unsafe { libc::_exit(125) };
     }
     drop(f);
+    if let Some(tasks) = cgroup_tasks {
+        // Before anything can fork: the whole sandbox descends from here.
+        if let Err(e) = std::fs::write(tasks, "0") {
+            fail(&err, "enter the pids cgroup", e, 125);
+        }
+    }
     if let Err((step, e)) = build_filesystem(plan) {
         fail(&err, &step, e, 125);
     }
