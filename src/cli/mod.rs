@@ -177,6 +177,7 @@ pub fn error_line(msg: &str) {
 
 /// Entry point: returns the process exit code.
 pub fn main() -> i32 {
+    crate::gate::parse::quiet_contained_parser_panics();
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {

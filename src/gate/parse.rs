@@ -155,14 +155,18 @@ impl Walker {
             self.opaque("brackets nested deeper than the gate analyses", src);
             return;
         }
-        let mut parser = brush_parser::Parser::new(std::io::Cursor::new(src.as_bytes()), &options());
-        match parser.parse_program() {
-            Ok(program) => {
+        let parsed = guarded(|| {
+            let mut parser = brush_parser::Parser::new(std::io::Cursor::new(src.as_bytes()), &options());
+            parser.parse_program()
+        });
+        match parsed {
+            Some(Ok(program)) => {
                 for cc in &program.complete_commands {
                     self.compound_list(cc, depth, cwd);
                 }
             }
-            Err(e) => self.opaque(&format!("the script does not parse ({e})"), src),
+            Some(Err(e)) => self.opaque(&format!("the script does not parse ({e})"), src),
+            None => self.opaque("the parser failed on this input", src),
         }
     }
 
@@ -402,13 +406,13 @@ impl Walker {
                 ast::IoRedirect::HereDocument(_fd, doc) => {
                     if doc.requires_expansion {
                         // An unquoted here-document expands `$(...)` in its body.
-                        match word::parse_heredoc(&doc.doc.value, &options()) {
-                            Ok(pieces) => {
+                        match guarded(|| word::parse_heredoc(&doc.doc.value, &options())) {
+                            Some(Ok(pieces)) => {
                                 let mut sink = String::new();
                                 let mut dynamic = false;
                                 self.pieces(&pieces, depth, &mut cwd, false, &mut sink, &mut dynamic, &mut false);
                             }
-                            Err(_) => self.opaque("a here-document body the gate cannot parse", &doc.doc.value),
+                            _ => self.opaque("a here-document body the gate cannot parse", &doc.doc.value),
                         }
                     }
                     out.push(Redirect {
@@ -527,9 +531,9 @@ impl Walker {
         if !raw.is_empty() && raw.bytes().all(is_plain_byte) {
             return Word::Lit(raw.to_string());
         }
-        let pieces = match word::parse(raw, &options()) {
-            Ok(p) => p,
-            Err(_) => {
+        let pieces = match guarded(|| word::parse(raw, &options())) {
+            Some(Ok(p)) => p,
+            _ => {
                 self.opaque("a word the gate cannot parse", raw);
                 return Word::Dynamic(raw.to_string());
             }
@@ -614,6 +618,31 @@ impl Walker {
             }
         }
     }
+}
+
+thread_local! {
+    static IN_PARSER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Run third-party parser code, turning a panic into `None`: the parser has
+/// `unwrap`s on inputs it does not expect (found by fuzzing: a redirect fd
+/// number that overflows `i32`), and the gate must answer every input.
+fn guarded<T>(f: impl FnOnce() -> T) -> Option<T> {
+    IN_PARSER.with(|g| g.set(true));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).ok();
+    IN_PARSER.with(|g| g.set(false));
+    r
+}
+
+/// Keep the default panic report, except for parser panics the gate contains.
+/// Call once at program start.
+pub fn quiet_contained_parser_panics() {
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if !IN_PARSER.with(|g| g.get()) {
+            previous(info);
+        }
+    }));
 }
 
 /// Parse a nested script (from `bash -c`) at a depth, appending its units.
@@ -820,6 +849,13 @@ mod tests {
         assert!(matches!(words("{rm,-rf,x}")[0][0], Word::Pattern(_)));
         assert!(matches!(words("/???/r? x")[0][0], Word::Pattern(_)));
         assert!(matches!(words("'{rm,x}'")[0][0], Word::Lit(_)));
+    }
+
+    #[test]
+    fn parser_panics_are_contained() {
+        // Found by `cargo fuzz run gate`: brush-parser unwraps the fd number.
+        let units = parse_script("3333333333333333333328>&=").unwrap();
+        assert!(units.iter().any(|u| matches!(u, Unit::Opaque { .. })), "{units:?}");
     }
 
     #[test]

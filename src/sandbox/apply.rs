@@ -269,8 +269,12 @@ fn sweep_stale(base: &Path) {
     let Ok(rd) = std::fs::read_dir(base) else { return };
     for e in rd.flatten() {
         let name = e.file_name();
-        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("tether-exec-")) else { continue };
-        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else { continue };
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("tether-exec-")) else {
+            continue;
+        };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
         if !Path::new(&format!("/proc/{pid}")).exists() {
             let _ = std::fs::remove_dir(e.path());
         }
