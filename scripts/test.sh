@@ -6,6 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 cargo test --lib --bins --tests --no-fail-fast
+scripts/test-python.sh
+scripts/approval-demo.sh >/dev/null && echo "approval demo: ok"
 
 if [ "$(id -u)" -ne 0 ]; then
   exit 0

@@ -713,7 +713,10 @@ impl Gate<'_> {
         {
             format!("no rule lists: every command is allowed, confined ({})", layer.source)
         } else {
-            format!("no rule matches; the default is {} ({})", layer.default, layer.source)
+            format!(
+                "no rule in the allowlist (bash_allow_prefixes) or elsewhere matches; the default is {} ({})",
+                layer.default, layer.source
+            )
         };
         judged(layer.default, why, None, "default")
     }
