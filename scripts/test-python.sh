@@ -16,6 +16,7 @@ if [ -z "$py" ]; then
 fi
 venv=target/tether-py-venv
 [ -x "$venv/bin/python" ] || "$py" -m venv "$venv"
-"$venv/bin/python" -c 'import tether' 2>/dev/null || "$venv/bin/pip" install -q 'tether-sdk==0.2.9'
+"$venv/bin/python" -c 'import tether, jsonschema' 2>/dev/null || "$venv/bin/pip" install -q 'tether-sdk==0.2.9' 'jsonschema==4.26.0'
 cargo build -q
-TETHER_EXEC_BIN="$PWD/target/debug/tether-exec" "$venv/bin/python" -m unittest -v integrations/python/test_tether_exec.py
+export TETHER_EXEC_BIN="$PWD/target/debug/tether-exec"
+"$venv/bin/python" -m unittest -v integrations/python/test_tether_exec.py tests/schemas/test_schemas.py
