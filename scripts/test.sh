@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 cargo test --lib --bins --tests --no-fail-fast
 scripts/test-python.sh
 scripts/approval-demo.sh >/dev/null && echo "approval demo: ok"
+python3 scripts/readme-examples.py
 
 if [ "$(id -u)" -ne 0 ]; then
   exit 0
