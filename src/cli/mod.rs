@@ -79,6 +79,7 @@ pub enum Command {
         json: bool,
     },
     /// Show exactly what a held action would run, where, under which policy, and what an approval binds.
+    #[command(after_help = "Example:\n  tether-exec show apr_0123456789abcdef --json")]
     Show {
         id: String,
         #[arg(long)]
@@ -125,19 +126,27 @@ pub enum Command {
 #[derive(Subcommand, Debug)]
 pub enum ApproverCommand {
     /// Print your approver key id and public key (hex), creating the key if needed.
+    #[command(after_help = "Example:\n  tether-exec approver show")]
     Show,
     /// Trust another approver's public key (64 hex characters) in this state directory.
+    #[command(
+        after_help = "Example (the second approver runs `tether-exec approver show` and sends you the key):\n  tether-exec approver trust 3b6a27bcceb6a42d62a3a8d02a6f0d73653215771de243a63ac048a18b59da29"
+    )]
     Trust { public_key: String },
 }
 
 #[derive(Subcommand, Debug)]
 pub enum AuditCommand {
     /// Check the hash chain and signed checkpoints; exit 0 intact, 1 tampered (naming the first bad record).
+    #[command(after_help = "Example:\n  tether-exec audit verify --json")]
     Verify {
         #[arg(long)]
         json: bool,
     },
     /// Print records, for a person or as JSON lines.
+    #[command(
+        after_help = "Examples:\n  tether-exec audit show --session ses_demo\n  tether-exec audit show --json --since 100"
+    )]
     Show {
         #[arg(long)]
         json: bool,
@@ -359,7 +368,7 @@ fn doctor(json: bool) -> i32 {
         "user namespaces",
         userns_ok,
         format!("max_user_namespaces={max_ns}, unprivileged_userns_clone={}, apparmor_restrict_unprivileged_userns={}", clone_sysctl.as_deref().unwrap_or("absent"), apparmor.as_deref().unwrap_or("absent")),
-        "enable unprivileged user namespaces: sysctl user.max_user_namespaces=15000; on Debian sysctl kernel.unprivileged_userns_clone=1; on Ubuntu 24.04+ sysctl kernel.apparmor_restrict_unprivileged_userns=0 (or an AppArmor profile granting userns to tether-exec)",
+        "enable unprivileged user namespaces: sysctl user.max_user_namespaces=15000; on Debian sysctl kernel.unprivileged_userns_clone=1; on Ubuntu 24.04+ install the AppArmor profile in packaging/apparmor/tether-exec (it grants userns to tether-exec only)",
     );
     let abi = crate::sandbox::apply::landlock_abi();
     check("landlock", abi >= 1, format!("ABI {abi} (this build uses up to {})", crate::policy::doc_max_abi()), "boot a kernel with CONFIG_SECURITY_LANDLOCK=y and landlock in the lsm= list (5.13+; ABI 6+ for signal and abstract-socket scoping)");

@@ -186,10 +186,12 @@ pub fn run(plan: &Plan, stdin: Option<&[u8]>) -> Result<Outcome, ApplyError> {
     };
     if pid < 0 {
         let e = std::io::Error::last_os_error();
-        let hint = if e.raw_os_error() == Some(libc::EPERM) || e.raw_os_error() == Some(libc::ENOSPC) {
-            " (user namespaces are restricted here: see `tether-exec doctor`)"
-        } else {
-            ""
+        let hint = match (e.raw_os_error(), plan.host_network) {
+            (Some(libc::EPERM | libc::ENOSPC), false) => {
+                " (namespaces are restricted here, so network isolation is unavailable: refusing to run un-isolated; see `tether-exec doctor`)"
+            }
+            (Some(libc::EPERM | libc::ENOSPC), true) => " (user namespaces are restricted here: see `tether-exec doctor`)",
+            _ => "",
         };
         return Err(setup("clone3 into new namespaces", format!("{e}{hint}")));
     }
