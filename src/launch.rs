@@ -225,11 +225,22 @@ fn execute(
     state: &Path,
 ) -> Finished {
     let isolation = Isolation::of(plan);
+    let writable = policy.profile() == Profile::WorkspaceWrite;
+    let protected_before = writable.then(|| crate::workspace::snapshot_protected(&plan.workspace));
     let outcome = apply::run(plan, stdin);
+    // Protected paths that did not exist yet cannot be mounted read-only; a
+    // run that created one (or swapped `.git` by renaming it) does not keep it.
+    let mut violations = Vec::new();
+    if let Some(before) = &protected_before {
+        match crate::workspace::enforce_protected(&plan.workspace, before) {
+            Ok(v) => violations = v,
+            Err(e) => violations.push(format!("could not check protected paths: {e}")),
+        }
+    }
     // Generations only matter between a hold and its resume: count them once
     // anything has ever been held in this state directory.
     let held_before = state.join(approval::DB_FILE_NAME).exists();
-    if policy.profile() == Profile::WorkspaceWrite && held_before {
+    if writable && held_before {
         // Any writable run may change the workspace: approvals bound to the
         // previous generation no longer hold.
         if let Err(e) = crate::workspace::bump_generation(state, &plan.workspace) {
@@ -283,6 +294,17 @@ fn execute(
                 }
             }
         }
+    };
+    let code = if violations.is_empty() {
+        code
+    } else {
+        stderr.push(format!(
+            "Sandbox violation: the run wrote protected paths: {}",
+            violations.join("; ")
+        ));
+        receipt.rolled_back = violations.clone();
+        rec.detail = Some(format!("protected paths: {}", violations.join("; ")));
+        exit::REFUSED
     };
     receipt.exit_code = Some(code);
     rec.exit_code = Some(code);

@@ -147,3 +147,105 @@ mod tests {
         assert_eq!(generation(s.path(), w), 1);
     }
 }
+
+/// Protected paths whose identity is checked around a run (relative to the workspace).
+/// Existing ones are also read-only inside the sandbox; these checks cover the
+/// ones that did not exist yet, and a `.git` swapped out by renaming it.
+pub const PROTECTED_IDENTITIES: [&str; 4] = [".git", ".git/config", ".git/hooks", ".tether"];
+
+/// (device, inode) of each protected path before a run; `None` where absent.
+#[derive(Debug, Clone)]
+pub struct ProtectedSnapshot {
+    entries: Vec<(&'static str, Option<(u64, u64)>)>,
+}
+
+fn identity(p: &Path) -> Option<(u64, u64)> {
+    std::fs::symlink_metadata(p).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// Record the protected paths' identities (four `lstat`s).
+pub fn snapshot_protected(root: &Path) -> ProtectedSnapshot {
+    ProtectedSnapshot {
+        entries: PROTECTED_IDENTITIES
+            .iter()
+            .map(|rel| (*rel, identity(&root.join(rel))))
+            .collect(),
+    }
+}
+
+fn quarantine_name(p: &Path) -> PathBuf {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let name = p
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    p.with_file_name(format!("{name}.tether-quarantine-{nanos}"))
+}
+
+/// After a run: a protected path the run created is moved aside (never
+/// deleted: the operator may want to see it), and a `.git` that was replaced
+/// is put back from where the run moved it. Returns one line per violation.
+pub fn enforce_protected(root: &Path, before: &ProtectedSnapshot) -> Result<Vec<String>, WorkspaceError> {
+    let io = |path: &Path, e: std::io::Error| WorkspaceError::Read {
+        path: path.to_path_buf(),
+        source: e,
+    };
+    let mut violations = Vec::new();
+    for (rel, was) in &before.entries {
+        let p = root.join(rel);
+        let now = identity(&p);
+        if now == *was {
+            continue;
+        }
+        match (was, now) {
+            (None, Some(_)) => {
+                // Created by the run. `.git` itself is not protected (only its
+                // hooks and config), so a new repository keeps its objects.
+                if *rel == ".git" {
+                    continue;
+                }
+                let q = quarantine_name(&p);
+                std::fs::rename(&p, &q).map_err(|e| io(&p, e))?;
+                violations.push(format!(
+                    "created protected path `{rel}`; moved aside to `{}`",
+                    q.strip_prefix(root).unwrap_or(&q).display()
+                ));
+            }
+            (Some(id), _) if *rel == ".git" => {
+                // The repository was renamed away (and maybe replaced): find the
+                // original by its inode at the top of the workspace and put it back.
+                let original = std::fs::read_dir(root)
+                    .map_err(|e| io(root, e))?
+                    .flatten()
+                    .map(|e| e.path())
+                    .find(|c| identity(c) == Some(*id));
+                let mut line = String::from("replaced `.git`");
+                if now.is_some() {
+                    let q = quarantine_name(&p);
+                    std::fs::rename(&p, &q).map_err(|e| io(&p, e))?;
+                    line.push_str(&format!(
+                        "; the replacement is at `{}`",
+                        q.strip_prefix(root).unwrap_or(&q).display()
+                    ));
+                }
+                match original {
+                    Some(o) => {
+                        std::fs::rename(&o, &p).map_err(|e| io(&o, e))?;
+                        line.push_str(&format!(
+                            "; the original was put back from `{}`",
+                            o.strip_prefix(root).unwrap_or(&o).display()
+                        ));
+                    }
+                    None => line.push_str("; the original is no longer at the top of the workspace"),
+                }
+                violations.push(line);
+            }
+            // Existing hooks, config and `.tether` are read-only mounts inside
+            // the sandbox; once `.git` is back they are the originals again.
+            _ => {}
+        }
+    }
+    Ok(violations)
+}

