@@ -1,10 +1,11 @@
 //! Gate throughput on realistic agent commands, and time against input length.
-//! `cargo bench --bench gate` prints medians of 15 batches; nothing is asserted.
+//! `cargo bench --bench gate` (criterion; medians in target/criterion).
 
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use std::hint::black_box;
 use std::path::Path;
-use std::time::Instant;
 use tether_exec::gate::{decide, Context, Input};
-use tether_exec::policy::{Layer, Policy};
+use tether_exec::policy::{Format, Layer, Policy};
 
 const COMMANDS: &[&str] = &[
     "pytest -q && ruff check .",
@@ -17,49 +18,47 @@ const COMMANDS: &[&str] = &[
     "timeout 60 npm test",
 ];
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[v.len() / 2]
+fn policy() -> Policy {
+    let text = include_str!("../policies/workspace-write.toml");
+    Policy::new(
+        vec![Layer::parse(text, "workspace-write.toml", Format::Toml).unwrap()],
+        vec![],
+    )
 }
 
-fn main() {
-    let policy = Policy::new(
-        vec![Layer::load(Path::new("policies/workspace-write.toml")).unwrap()],
-        vec![],
-    );
+fn typical(c: &mut Criterion) {
+    let policy = policy();
     let ctx = Context::new(Path::new("/ws"), Path::new("/ws"));
-    let per_batch = 20_000;
-    let mut rates = Vec::new();
-    for _ in 0..15 {
-        let t = Instant::now();
-        for i in 0..per_batch {
-            let d = decide(&policy, Input::Script(COMMANDS[i % COMMANDS.len()]), &ctx).unwrap();
-            std::hint::black_box(d);
-        }
-        rates.push(per_batch as f64 / t.elapsed().as_secs_f64());
-    }
-    println!(
-        "typical one-line commands: median {:.0} decisions/s (one core)",
-        median(rates)
-    );
+    let mut g = c.benchmark_group("gate");
+    // One element = one decision: criterion reports decisions per second.
+    g.throughput(Throughput::Elements(COMMANDS.len() as u64));
+    g.bench_function("typical one-line commands", |b| {
+        b.iter(|| {
+            for cmd in COMMANDS {
+                black_box(decide(&policy, Input::Script(black_box(cmd)), &ctx).unwrap());
+            }
+        })
+    });
+    g.finish();
+}
+
+fn length(c: &mut Criterion) {
+    let policy = policy();
+    let ctx = Context::new(Path::new("/ws"), Path::new("/ws"));
+    let mut g = c.benchmark_group("gate by statements");
     for n in [1usize, 10, 100, 1000] {
         let script = vec!["git status && ls -la | head"; n].join("; ");
-        let reps = (2000 / n).max(5);
-        let mut per = Vec::new();
-        for _ in 0..7 {
-            let t = Instant::now();
-            for _ in 0..reps {
-                std::hint::black_box(decide(&policy, Input::Script(&script), &ctx).unwrap());
-            }
-            per.push(t.elapsed().as_secs_f64() * 1e6 / reps as f64);
-        }
-        let m = median(per);
-        println!(
-            "{:>5} statements ({:>6} bytes): median {:>10.1} us per decision, {:.2} us per statement",
-            n,
-            script.len(),
-            m,
-            m / n as f64
-        );
+        g.throughput(Throughput::Elements(n as u64));
+        g.bench_with_input(BenchmarkId::from_parameter(n), &script, |b, s| {
+            b.iter(|| black_box(decide(&policy, Input::Script(s), &ctx).unwrap()))
+        });
     }
+    g.finish();
 }
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().sample_size(20).measurement_time(std::time::Duration::from_secs(3));
+    targets = typical, length
+}
+criterion_main!(benches);
