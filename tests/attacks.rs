@@ -220,6 +220,84 @@ fn protected_paths_that_do_not_exist_yet_never_survive_a_run() {
 }
 
 #[test]
+fn writes_outside_writable_globs_do_not_land() {
+    let w = World::new();
+    std::fs::create_dir_all(w.ws.join("docs")).unwrap();
+    w.write("src/main.rs", "fn main() {}");
+    // Programs, not redirects: the kernel must stop them, not the gate.
+    let script = "cp src/main.rs docs/copy.rs; cp src/main.rs src/evil.rs; touch root.txt; \
+                  cp docs/copy.rs docs/moved.rs && mv docs/moved.rs src/moved.rs; \
+                  ln -s ../src docs/link; cp src/main.rs docs/link/via-link.rs; echo end";
+    let o = w.run_policy("writable_globs = [\"docs/**\"]", script);
+    assert!(
+        exists(&w.ws.join("docs/copy.rs")),
+        "the allowed write landed: {}",
+        text(&o)
+    );
+    for p in ["src/evil.rs", "root.txt", "src/moved.rs", "src/via-link.rs"] {
+        assert!(
+            !exists(&w.ws.join(p)),
+            "{p} landed outside writable_globs: {}",
+            text(&o)
+        );
+    }
+    let c = w.control(script);
+    assert!(
+        exists(&w.ws.join("src/evil.rs")) && exists(&w.ws.join("root.txt")),
+        "control: {}",
+        text(&c)
+    );
+}
+
+#[test]
+fn writable_trees_intersect_across_layers() {
+    let w = World::new();
+    std::fs::create_dir_all(w.ws.join("docs/api")).unwrap();
+    std::fs::create_dir_all(w.ws.join("src")).unwrap();
+    let parent = w.policy("writable_globs = [\"docs/**\", \"src/**\"]");
+    let child = w.policy("writable_globs = [\"docs/api/**\"]");
+    let o = w.run_with(
+        &[
+            "--policy",
+            parent.to_str().unwrap(),
+            "--policy",
+            child.to_str().unwrap(),
+        ],
+        "touch docs/api/ok.md docs/no.md src/no.rs; echo end",
+    );
+    assert!(exists(&w.ws.join("docs/api/ok.md")), "{}", text(&o));
+    assert!(
+        !exists(&w.ws.join("docs/no.md")) && !exists(&w.ws.join("src/no.rs")),
+        "the child widened: {}",
+        text(&o)
+    );
+}
+
+#[test]
+fn a_symlinked_writable_tree_grants_nothing_outside() {
+    let w = World::new();
+    std::os::unix::fs::symlink(&w.outside, w.ws.join("docs")).unwrap();
+    let m = w.outside.join("via-tree");
+    let script = "cp /etc/hostname docs/via-tree";
+    let o = w.run_policy("writable_globs = [\"docs/**\"]", script);
+    assert!(!exists(&m), "a write grant followed the symlink out: {}", text(&o));
+    w.control(script);
+    assert!(exists(&m), "control");
+}
+
+#[test]
+fn globs_the_kernel_cannot_enforce_refuse_to_run() {
+    let w = World::new();
+    let o = w.run_policy("writable_globs = [\"**/*.md\"]", "touch ran.txt");
+    assert_eq!(o.status.code(), Some(125), "{}", text(&o));
+    assert!(text(&o).contains("not a directory glob"), "{}", text(&o));
+    assert!(
+        !exists(&w.ws.join("ran.txt")),
+        "it ran with weaker confinement than the policy says"
+    );
+}
+
+#[test]
 fn the_policy_file_in_the_workspace_is_read_only() {
     let w = World::new();
     let p = w.write("tether-policy.toml", "version = 1\n");

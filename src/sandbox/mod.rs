@@ -140,6 +140,18 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>) -> Hos
         policy_files_in_workspace,
         system_secrets,
         landlock_abi: apply::landlock_abi(),
+        writable_trees_present: plan::writable_trees(policy)
+            .ok()
+            .flatten()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|t| {
+                // Checked before the sandbox exists, so nothing inside can swap a
+                // directory for a symlink between this check and the mount.
+                let p = workspace.join(t);
+                std::fs::canonicalize(&p).is_ok_and(|real| real == p && real.is_dir())
+            })
+            .collect(),
     }
 }
 

@@ -125,6 +125,9 @@ pub struct HostFacts {
     pub system_secrets: Vec<PathBuf>,
     /// Landlock ABI the kernel offers (0: none).
     pub landlock_abi: u8,
+    /// Trees of `writable_trees` that exist as real directories (no symlink on
+    /// the way: a symlinked tree must never become a write grant elsewhere).
+    pub writable_trees_present: Vec<String>,
 }
 
 /// Environment names tether passes into the sandbox (its allowlist).
@@ -165,6 +168,50 @@ pub enum PlanError {
     StateInWorkspace(PathBuf),
     #[error("the workspace {0} is a system directory; choose a project directory")]
     SystemWorkspace(PathBuf),
+    #[error("writable_globs entry `{0}` is not a directory glob (`DIR/**`): globs of other shapes need the overlay workspace, which this tether-exec does not have yet, and the kernel cannot enforce them otherwise; nothing ran. Use directory globs such as \"docs/**\"")]
+    GlobNeedsOverlay(String),
+}
+
+/// The directory trees `writable_globs` allow, relative to the workspace
+/// (`""` is the whole workspace), intersected across layers: a write must be
+/// allowed by every layer. `None` when no layer restricts writes. Landlock
+/// grants writes on trees, so only `DIR/**` globs can be enforced by the kernel.
+pub fn writable_trees(policy: &Policy) -> Result<Option<Vec<String>>, PlanError> {
+    let mut result: Option<Vec<String>> = None;
+    for layer in &policy.layers {
+        let Some(globs) = &layer.writable_globs else { continue };
+        let mut trees = Vec::new();
+        for g in globs {
+            let dir = if g == "**" { Some("") } else { g.strip_suffix("/**") };
+            match dir {
+                Some(d) if !d.contains(['*', '?', '[', '{', '\\']) => trees.push(d.trim_end_matches('/').to_string()),
+                _ => return Err(PlanError::GlobNeedsOverlay(g.clone())),
+            }
+        }
+        let within =
+            |inner: &str, outer: &str| outer.is_empty() || inner == outer || inner.starts_with(&format!("{outer}/"));
+        result = Some(match result {
+            None => trees,
+            Some(prev) => {
+                let mut both = Vec::new();
+                for a in &prev {
+                    for b in &trees {
+                        if within(b, a) {
+                            both.push(b.clone());
+                        } else if within(a, b) {
+                            both.push(a.clone());
+                        }
+                    }
+                }
+                both
+            }
+        });
+    }
+    Ok(result.map(|mut t| {
+        t.sort();
+        t.dedup();
+        t
+    }))
 }
 
 /// Build the plan. Pure: every input is an argument.
@@ -292,12 +339,31 @@ pub fn build(
         size_mb: 1024,
     });
 
-    // The workspace at its own path, then what is protected inside it.
+    // The workspace at its own path; with `writable_globs`, read-only with each
+    // writable tree bound read-write on top. Mount flags, not only Landlock,
+    // because a workspace under /tmp sits beneath the sandbox's writable /tmp,
+    // and Landlock grants follow the path hierarchy across mounts.
+    let trees = writable_trees(policy)?;
+    let whole = trees.as_ref().is_none_or(|t| t.iter().any(|t| t.is_empty()));
     mounts.push(Mount::Bind {
         src: workspace.to_path_buf(),
         dst: workspace.to_path_buf(),
-        writable,
+        writable: writable && whole,
     });
+    if writable && !whole {
+        for t in trees
+            .iter()
+            .flatten()
+            .filter(|t| facts.writable_trees_present.contains(t))
+        {
+            let p = workspace.join(t);
+            mounts.push(Mount::Bind {
+                src: p.clone(),
+                dst: p,
+                writable: true,
+            });
+        }
+    }
     for (p, is_dir) in &facts.protected_present {
         let hidden = p.strip_prefix(workspace).is_ok_and(|r| r.starts_with(".tether"));
         mounts.push(match (hidden, is_dir) {
@@ -315,10 +381,17 @@ pub fn build(
 
     let abi = facts.landlock_abi.min(crate::policy::doc_max_abi());
     let mut rules = vec![(PathBuf::from("/"), Access::Read)];
-    rules.push((
-        workspace.to_path_buf(),
-        if writable { Access::ReadWrite } else { Access::Read },
-    ));
+    match (writable, trees) {
+        (true, Some(trees)) => {
+            // Only the trees the globs name are writable; the rest of the workspace is read-only.
+            rules.push((workspace.to_path_buf(), Access::Read));
+            for t in trees.iter().filter(|t| facts.writable_trees_present.contains(t)) {
+                rules.push((workspace.join(t), Access::ReadWrite));
+            }
+        }
+        (true, None) => rules.push((workspace.to_path_buf(), Access::ReadWrite)),
+        (false, _) => rules.push((workspace.to_path_buf(), Access::Read)),
+    }
     rules.push(("/tmp".into(), Access::ReadWrite));
     rules.push(("/dev/shm".into(), Access::ReadWrite));
     for d in ["null", "zero", "full", "tty"] {
@@ -489,6 +562,54 @@ mod tests {
             Path::new("/w/.state")
         )
         .is_err());
+    }
+
+    #[test]
+    fn writable_trees_are_directory_globs_intersected_across_layers() {
+        let layers = |ts: &[&str]| {
+            Policy::new(
+                ts.iter().map(|t| Layer::parse(t, "t", Format::Toml).unwrap()).collect(),
+                vec![],
+            )
+        };
+        for (texts, want) in [
+            (vec![""], None),
+            (vec!["writable_globs = [\"docs/**\"]"], Some(vec!["docs"])),
+            (vec!["writable_globs = [\"**\"]"], Some(vec![""])),
+            (
+                vec![
+                    "writable_globs = [\"docs/**\", \"src/**\"]",
+                    "writable_globs = [\"docs/api/**\"]",
+                ],
+                Some(vec!["docs/api"]),
+            ),
+            (
+                vec!["writable_globs = [\"docs/api/**\"]", "writable_globs = [\"docs/**\"]"],
+                Some(vec!["docs/api"]),
+            ),
+            (
+                vec!["writable_globs = [\"docs/**\"]", "writable_globs = [\"src/**\"]"],
+                Some(vec![]),
+            ),
+            (
+                vec!["writable_globs = [\"**\"]", "writable_globs = [\"src/**\"]"],
+                Some(vec!["src"]),
+            ),
+        ] {
+            let got = writable_trees(&layers(&texts)).unwrap();
+            assert_eq!(
+                got,
+                want.map(|v| v.into_iter().map(String::from).collect::<Vec<_>>()),
+                "{texts:?}"
+            );
+        }
+        for bad in ["**/*.md", "src/*.rs", "docs/{a,b}/**", "*.txt"] {
+            let p = layers(&[&format!("writable_globs = [{bad:?}]")]);
+            assert!(
+                matches!(writable_trees(&p), Err(PlanError::GlobNeedsOverlay(_))),
+                "{bad}"
+            );
+        }
     }
 
     #[test]
