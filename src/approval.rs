@@ -87,11 +87,11 @@
 //! with trusted keys they do not hold is forge, move, widen or replay approvals.
 
 use std::collections::BTreeSet;
-use std::ffi::{CStr, OsStr};
+
 use std::fmt;
 use std::fs::{DirBuilder, OpenOptions};
 use std::io::{Read, Write};
-use std::os::unix::ffi::OsStrExt;
+
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -796,8 +796,7 @@ fn load_key_file(path: &Path) -> Result<Option<ApproverKey>> {
     if !meta.is_file() {
         return Err(key_err("is not a regular file; move it aside and retry"));
     }
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let uid = unsafe { libc::geteuid() };
+    let uid = nix::unistd::geteuid().as_raw();
     if meta.uid() != uid {
         return Err(ApprovalError::KeyOwner {
             path: path.to_path_buf(),
@@ -841,34 +840,11 @@ pub fn default_approver_key_path() -> Result<PathBuf> {
     if let Some(p) = std::env::var_os(APPROVER_KEY_ENV).filter(|p| !p.is_empty()) {
         return Ok(PathBuf::from(p));
     }
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let uid = unsafe { libc::geteuid() };
-    let home = home_dir_of(uid).ok_or(ApprovalError::NoHomeDirectory { uid })?;
+    let uid = nix::unistd::geteuid().as_raw();
+    // The account's home from the password database, never `$HOME` (which a
+    // harness sets to the workspace).
+    let home = crate::state::account_home().ok_or(ApprovalError::NoHomeDirectory { uid })?;
     Ok(home.join(".config").join("tether-exec").join("approver.key"))
-}
-
-fn home_dir_of(uid: libc::uid_t) -> Option<PathBuf> {
-    let mut buf = vec![0u8; 1024];
-    loop {
-        // SAFETY: passwd is plain old data; zeroed is a valid initial value.
-        let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
-        let mut result: *mut libc::passwd = std::ptr::null_mut();
-        // SAFETY: all pointers are valid for the duration of the call and
-        // `buf.len()` is the size of the buffer handed over.
-        let rc = unsafe { libc::getpwuid_r(uid, &mut pwd, buf.as_mut_ptr().cast(), buf.len(), &mut result) };
-        if rc == libc::ERANGE && buf.len() < (1 << 20) {
-            let grown = buf.len() * 2;
-            buf.resize(grown, 0);
-            continue;
-        }
-        if rc != 0 || result.is_null() || pwd.pw_dir.is_null() {
-            return None;
-        }
-        // SAFETY: on success pw_dir points to a NUL-terminated string in `buf`.
-        let dir = unsafe { CStr::from_ptr(pwd.pw_dir) }.to_bytes();
-        let path = PathBuf::from(OsStr::from_bytes(dir));
-        return path.is_absolute().then_some(path);
-    }
 }
 
 // ---------------------------------------------------------------------------
@@ -1931,9 +1907,11 @@ fn runner_alive(pid: i64, start: &Option<String>, boot: &Option<String>) -> bool
             let Ok(pid) = libc::pid_t::try_from(pid) else {
                 return false;
             };
-            // SAFETY: signal 0 only checks for existence and permission.
-            let rc = unsafe { libc::kill(pid, 0) };
-            rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+            // Signal 0 only checks for existence and permission.
+            match nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None) {
+                Ok(()) | Err(nix::errno::Errno::EPERM) => true,
+                Err(_) => false,
+            }
         }
     }
 }
@@ -1968,10 +1946,10 @@ fn random_id(prefix: &str, bytes: usize) -> Result<String> {
 }
 
 fn wipe(secret: &mut [u8; 32]) {
-    for b in secret.iter_mut() {
-        // SAFETY: `b` is a valid, aligned, exclusive reference.
-        unsafe { std::ptr::write_volatile(b, 0) };
-    }
+    secret.fill(0);
+    // Keep the compiler from dropping the zeroing as a dead store.
+    std::hint::black_box(&secret);
+    std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
 }
 
 fn now_unix_ms() -> u64 {

@@ -17,6 +17,7 @@ use crate::gate::{self, Context, Decision, Input};
 use crate::policy::{Format, Layer, Policy, Profile, Verdict};
 use crate::receipt::{Isolation, Receipt};
 use crate::sandbox::{self, apply, plan};
+use crate::workspace::overlay::Capture;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -178,11 +179,32 @@ pub fn run(req: &Request, stdin_is_tty: bool) -> Finished {
         Verdict::Deny => Finished::new(exit::REFUSED, receipt, format!("Sandbox violation: {}", d.summary())),
         Verdict::Ask => hold(req, &policy, &d, receipt, &mut log, stdin_is_tty),
         Verdict::Allow => {
-            let plan = match plan_for(&policy, &req.workspace, &req.cwd, req.sandbox_argv(), &req.state_dir) {
+            let recovered = recover(&req.state_dir);
+            let capture = match needs_overlay(&policy)
+                .then(|| Capture::create(&req.state_dir, &req.workspace))
+                .transpose()
+            {
+                Ok(c) => c,
+                Err(e) => {
+                    return Finished::new(
+                        exit::INTERNAL,
+                        receipt,
+                        format!("tether-exec: cannot prepare the overlay workspace: {e}"),
+                    )
+                }
+            };
+            let plan = match plan_for(
+                &policy,
+                &req.workspace,
+                &req.cwd,
+                req.sandbox_argv(),
+                &req.state_dir,
+                capture.as_ref(),
+            ) {
                 Ok(p) => p,
                 Err(e) => return Finished::new(exit::INTERNAL, receipt, e),
             };
-            execute(
+            let mut done = execute(
                 &plan,
                 &policy,
                 None,
@@ -191,25 +213,53 @@ pub fn run(req: &Request, stdin_is_tty: bool) -> Finished {
                 req.session.clone(),
                 None,
                 &req.state_dir,
-            )
+                capture,
+            );
+            done.stderr.splice(0..0, recovered);
+            done
         }
     }
 }
 
-fn plan_for(policy: &Policy, ws: &Path, cwd: &Path, argv: Vec<String>, state: &Path) -> Result<plan::Plan, String> {
-    let facts = sandbox::host_facts(policy, ws, crate::state::account_home().as_deref());
+fn plan_for(
+    policy: &Policy,
+    ws: &Path,
+    cwd: &Path,
+    argv: Vec<String>,
+    state: &Path,
+    capture: Option<&Capture>,
+) -> Result<plan::Plan, String> {
+    let mut facts = sandbox::host_facts(policy, ws, crate::state::account_home().as_deref());
+    facts.overlay = capture.map(|c| (c.upper(), c.work()));
     plan::build(policy, &facts, ws, cwd, argv, state).map_err(|e| format!("tether-exec: cannot plan the sandbox: {e}"))
 }
 
 /// Digest of the environment the sandbox would get (names and values).
-fn env_digest(plan: &plan::Plan) -> String {
-    let text: Vec<String> = plan
-        .env
+fn env_digest(policy: &Policy, ws: &Path, cwd: &Path) -> String {
+    let host: Vec<(String, String)> = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .collect();
+    let env = plan::environment(policy, &host, ws, cwd);
+    let text: Vec<String> = env
         .iter()
         .filter(|(k, _)| k != "PWD")
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
     approval::sha256_hex(text.join("\0").as_bytes())
+}
+
+/// Whether this policy needs the overlay workspace (globs that are not `DIR/**`).
+fn needs_overlay(policy: &Policy) -> bool {
+    policy.profile() == Profile::WorkspaceWrite
+        && matches!(plan::writable_trees(policy), Err(plan::PlanError::GlobNeedsOverlay(_)))
+}
+
+/// Finish interrupted commits and discard dead captures; lines for stderr.
+fn recover(state: &Path) -> Vec<String> {
+    crate::workspace::overlay::recover(state)
+        .into_iter()
+        .map(|l| format!("tether-exec: {l}"))
+        .collect()
 }
 
 /// Run a plan, record the outcome, fill the receipt.
@@ -223,6 +273,7 @@ fn execute(
     session: Option<String>,
     approval_id: Option<String>,
     state: &Path,
+    capture: Option<Capture>,
 ) -> Finished {
     let isolation = Isolation::of(plan);
     let writable = policy.profile() == Profile::WorkspaceWrite;
@@ -295,6 +346,55 @@ fn execute(
             }
         }
     };
+    // The overlay: check every captured write, then land it or not.
+    let mut code = code;
+    if let Some(c) = capture {
+        match c.finish(
+            &policy.path_globs(),
+            policy.on_violation() == crate::policy::OnViolation::Drop,
+        ) {
+            Ok(o) => {
+                receipt.changes = Some(crate::receipt::Changes {
+                    added: o.added,
+                    modified: o.modified,
+                    deleted: o.deleted,
+                });
+                if !o.violations.is_empty() {
+                    receipt.rolled_back = o.violations.clone();
+                    if o.committed {
+                        stderr.push(format!(
+                            "Sandbox violation: these writes were discarded, the allowed ones landed: {}",
+                            o.violations.join("; ")
+                        ));
+                    } else {
+                        stderr.push(format!(
+                            "Sandbox violation: the run's writes were rolled back, nothing landed: {}",
+                            o.violations.join("; ")
+                        ));
+                        code = exit::REFUSED;
+                    }
+                    rec.kind = EntryKind::Rollback;
+                    rec.detail = Some(o.violations.join("; "));
+                }
+                if !o.conflicts.is_empty() {
+                    stderr.push(format!(
+                        "tether-exec: changed in the workspace meanwhile, so your version stays and the run's change was not applied: {}",
+                        o.conflicts.join(", ")
+                    ));
+                    receipt
+                        .rolled_back
+                        .extend(o.conflicts.iter().map(|c| format!("conflict `{c}`")));
+                    code = exit::REFUSED;
+                }
+            }
+            Err(e) => {
+                stderr.push(format!(
+                    "tether-exec: could not commit the run's writes: {e}; the next run finishes or discards the commit"
+                ));
+                code = exit::INTERNAL;
+            }
+        }
+    }
     let code = if violations.is_empty() {
         code
     } else {
@@ -375,10 +475,7 @@ fn hold(
         Ok(s) => s,
         Err(e) => return Finished::new(exit::INTERNAL, receipt, e),
     };
-    let plan = match plan_for(policy, &req.workspace, &req.cwd, req.sandbox_argv(), &req.state_dir) {
-        Ok(p) => p,
-        Err(e) => return Finished::new(exit::INTERNAL, receipt, e),
-    };
+
     let b = match bindings(policy, &req.workspace, &req.state_dir) {
         Ok(b) => b,
         Err(e) => return Finished::new(exit::INTERNAL, receipt, e),
@@ -394,7 +491,13 @@ fn hold(
     };
     let request = HoldRequest {
         session: req.session.clone(),
-        intent: intent_of(req.script.clone(), &req.argv, &stdin, &req.cwd, env_digest(&plan)),
+        intent: intent_of(
+            req.script.clone(),
+            &req.argv,
+            &stdin,
+            &req.cwd,
+            env_digest(policy, &req.workspace, &req.cwd),
+        ),
         stdin,
         policy_json: serde_json::to_string(&context).expect("serialisable"),
         bindings: b,
@@ -552,7 +655,22 @@ pub fn resume(id: &str, state: &Path) -> Finished {
             )
         }
     };
-    let plan = match plan_for(&policy, &ctx.workspace, &cwd, argv, state) {
+    let recovered = recover(state);
+    let capture = match needs_overlay(&policy)
+        .then(|| Capture::create(state, &ctx.workspace))
+        .transpose()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            return refused(
+                &mut log,
+                receipt,
+                exit::INTERNAL,
+                format!("tether-exec: cannot prepare the overlay workspace: {e}"),
+            )
+        }
+    };
+    let plan = match plan_for(&policy, &ctx.workspace, &cwd, argv, state, capture.as_ref()) {
         Ok(p) => p,
         Err(e) => return refused(&mut log, receipt, exit::INTERNAL, e),
     };
@@ -568,7 +686,7 @@ pub fn resume(id: &str, state: &Path) -> Finished {
             action.intent.argv.as_deref().unwrap_or(&[]),
             &stdin,
             &cwd,
-            env_digest(&plan),
+            env_digest(&policy, &ctx.workspace, &cwd),
         ),
         bindings: current_bindings,
         session_proposals: store.session_proposals(&action.session).unwrap_or(0),
@@ -634,7 +752,7 @@ pub fn resume(id: &str, state: &Path) -> Finished {
                 return Finished::new(exit::INTERNAL, receipt, e);
             }
             let stdin = ticket.stdin().to_vec();
-            let done = execute(
+            let mut done = execute(
                 &plan,
                 &policy,
                 Some(&stdin),
@@ -643,7 +761,9 @@ pub fn resume(id: &str, state: &Path) -> Finished {
                 Some(action.session.clone()),
                 Some(id.to_string()),
                 state,
+                capture,
             );
+            done.stderr.splice(0..0, recovered);
             let result = RecordedResult {
                 exit_code: done.receipt.exit_code,
                 signal: done.receipt.signal,
@@ -651,7 +771,7 @@ pub fn resume(id: &str, state: &Path) -> Finished {
                 duration_ms: done.receipt.duration_ms,
                 receipt_json: serde_json::to_string(&done.receipt).unwrap_or_default(),
             };
-            let mut done = done;
+
             if let Err(e) = store.finish(ticket, &result) {
                 done.stderr.push(format!(
                     "tether-exec: the action ran, but its result could not be recorded: {e}"

@@ -286,15 +286,19 @@ fn a_symlinked_writable_tree_grants_nothing_outside() {
 }
 
 #[test]
-fn globs_the_kernel_cannot_enforce_refuse_to_run() {
+fn globs_that_are_not_trees_are_enforced_by_the_overlay() {
     let w = World::new();
-    let o = w.run_policy("writable_globs = [\"**/*.md\"]", "touch ran.txt");
-    assert_eq!(o.status.code(), Some(125), "{}", text(&o));
-    assert!(text(&o).contains("not a directory glob"), "{}", text(&o));
+    w.write("docs/a.md", "x");
+    let script = "cp docs/a.md docs/b.md; touch ran.txt";
+    let o = w.run_policy("writable_globs = [\"**/*.md\"]", script);
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
     assert!(
-        !exists(&w.ws.join("ran.txt")),
-        "it ran with weaker confinement than the policy says"
+        !exists(&w.ws.join("ran.txt")) && !exists(&w.ws.join("docs/b.md")),
+        "a write outside the globs landed: {}",
+        text(&o)
     );
+    w.control(script);
+    assert!(exists(&w.ws.join("ran.txt")), "control");
 }
 
 #[test]

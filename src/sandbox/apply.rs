@@ -61,6 +61,24 @@ pub struct Outcome {
     pub exec_error: Option<String>,
 }
 
+/// Whether overlayfs marked this upper-layer directory opaque (removed and
+/// made again in the run), from its `user.overlay.opaque` attribute.
+pub fn overlay_opaque(p: &Path) -> bool {
+    let c = path_c(p);
+    let name = c"user.overlay.opaque";
+    let mut buf = [0u8; 4];
+    // SAFETY: lgetxattr with valid NUL-terminated strings and a buffer of the size given.
+    let n = unsafe {
+        libc::lgetxattr(
+            c.as_ptr(),
+            name.as_ptr(),
+            buf.as_mut_ptr() as *mut libc::c_void,
+            buf.len(),
+        )
+    };
+    n == 1 && buf[0] == b'y'
+}
+
 /// The Landlock ABI this kernel offers (0 if none).
 pub fn landlock_abi() -> u8 {
     // SAFETY: landlock_create_ruleset with a NULL attr, size 0 and the VERSION
@@ -798,6 +816,26 @@ fn apply_mount(m: &Mount) -> StepResult {
             format!("hide {}", dst.display()),
             mount_tmpfs(dst, libc::MS_RDONLY, "mode=0,size=4k"),
         ),
+        Mount::Overlay { dst, upper, work } => {
+            let name = format!("overlay workspace {}", dst.display());
+            let options = format!(
+                "lowerdir={},upperdir={},workdir={},userxattr",
+                old(dst).display(),
+                old(upper).display(),
+                old(work).display()
+            );
+            step(&name, make_mountpoint(dst, false))?;
+            step(
+                &name,
+                mount_raw(
+                    Some(Path::new("overlay")),
+                    dst,
+                    Some("overlay"),
+                    libc::MS_NOSUID | libc::MS_NODEV,
+                    Some(&options),
+                ),
+            )
+        }
         Mount::ReadOnly { dst } => {
             let name = format!("protect {}", dst.display());
             step(

@@ -140,6 +140,7 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>) -> Hos
         policy_files_in_workspace,
         system_secrets,
         landlock_abi: apply::landlock_abi(),
+        overlay: None,
         writable_trees_present: plan::writable_trees(policy)
             .ok()
             .flatten()

@@ -30,6 +30,13 @@ pub enum Mount {
     MaskDir { dst: PathBuf },
     /// Make an already visible path read-only (a protected path inside the workspace).
     ReadOnly { dst: PathBuf },
+    /// The workspace as an overlay: reads from the real workspace (`dst`), every
+    /// write captured in `upper` (host paths; `work` is overlayfs' scratch).
+    Overlay {
+        dst: PathBuf,
+        upper: PathBuf,
+        work: PathBuf,
+    },
 }
 
 /// Landlock rights classes for a path.
@@ -125,6 +132,8 @@ pub struct HostFacts {
     pub system_secrets: Vec<PathBuf>,
     /// Landlock ABI the kernel offers (0: none).
     pub landlock_abi: u8,
+    /// Capture directories (upper, work) prepared for an overlay workspace.
+    pub overlay: Option<(PathBuf, PathBuf)>,
     /// Trees of `writable_trees` that exist as real directories (no symlink on
     /// the way: a symlinked tree must never become a write grant elsewhere).
     pub writable_trees_present: Vec<String>,
@@ -170,6 +179,8 @@ pub enum PlanError {
     SystemWorkspace(PathBuf),
     #[error("writable_globs entry `{0}` is not a directory glob (`DIR/**`): globs of other shapes need the overlay workspace, which this tether-exec does not have yet, and the kernel cannot enforce them otherwise; nothing ran. Use directory globs such as \"docs/**\"")]
     GlobNeedsOverlay(String),
+    #[error("the overlay workspace cannot use {0}: overlayfs options cannot carry `,`, `:` or `\\` in a path; use a workspace and state directory without them")]
+    OverlayPath(PathBuf),
 }
 
 /// The directory trees `writable_globs` allow, relative to the workspace
@@ -212,6 +223,33 @@ pub fn writable_trees(policy: &Policy) -> Result<Option<Vec<String>>, PlanError>
         t.dedup();
         t
     }))
+}
+
+/// The sandbox's environment: tether's allowlist, `LC_*`, the policy's
+/// pass-through names; `HOME` and `PWD` in the workspace; a default `PATH`.
+pub fn environment(
+    policy: &Policy,
+    host_env: &[(String, String)],
+    workspace: &Path,
+    cwd: &Path,
+) -> Vec<(String, String)> {
+    let passthrough = policy.env_passthrough();
+    let mut env: Vec<(String, String)> = host_env
+        .iter()
+        .filter(|(k, _)| {
+            ENV_ALLOW.contains(&k.as_str()) || k.starts_with("LC_") || (passthrough.contains(k) && !is_dangerous_env(k))
+        })
+        .cloned()
+        .collect();
+    env.retain(|(k, _)| k != "HOME" && k != "PWD" && k != "PAGER");
+    env.push(("HOME".into(), workspace.to_string_lossy().into_owned()));
+    env.push(("PWD".into(), cwd.to_string_lossy().into_owned()));
+    env.push(("PAGER".into(), "cat".into()));
+    if !env.iter().any(|(k, _)| k == "PATH") {
+        env.push(("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()));
+    }
+    env.sort();
+    env
 }
 
 /// Build the plan. Pure: every input is an argument.
@@ -343,13 +381,34 @@ pub fn build(
     // writable tree bound read-write on top. Mount flags, not only Landlock,
     // because a workspace under /tmp sits beneath the sandbox's writable /tmp,
     // and Landlock grants follow the path hierarchy across mounts.
-    let trees = writable_trees(policy)?;
+    let trees = match (writable_trees(policy), &facts.overlay) {
+        // Read-only: nothing in the workspace is writable, whatever the globs say.
+        _ if !writable => None,
+        (Ok(t), _) => t,
+        // Globs the kernel cannot express as trees: capture every write in an
+        // overlay and check each path after the run.
+        (Err(PlanError::GlobNeedsOverlay(_)), Some(_)) if writable => None,
+        (Err(e), _) => return Err(e),
+    };
     let whole = trees.as_ref().is_none_or(|t| t.iter().any(|t| t.is_empty()));
-    mounts.push(Mount::Bind {
-        src: workspace.to_path_buf(),
-        dst: workspace.to_path_buf(),
-        writable: writable && whole,
-    });
+    if let (true, Some((upper, work))) = (writable, &facts.overlay) {
+        for p in [workspace, upper.as_path(), work.as_path()] {
+            if !crate::workspace::overlay::path_usable_for_overlay(p) {
+                return Err(PlanError::OverlayPath(p.to_path_buf()));
+            }
+        }
+        mounts.push(Mount::Overlay {
+            dst: workspace.to_path_buf(),
+            upper: upper.clone(),
+            work: work.clone(),
+        });
+    } else {
+        mounts.push(Mount::Bind {
+            src: workspace.to_path_buf(),
+            dst: workspace.to_path_buf(),
+            writable: writable && whole,
+        });
+    }
     if writable && !whole {
         for t in trees
             .iter()
@@ -398,25 +457,7 @@ pub fn build(
         rules.push((Path::new("/dev").join(d), Access::ReadWriteFile));
     }
 
-    // Environment: tether's allowlist, LC_*, the policy's pass-through names.
-    let passthrough = policy.env_passthrough();
-    let mut env: Vec<(String, String)> = facts
-        .env
-        .iter()
-        .filter(|(k, _)| {
-            ENV_ALLOW.contains(&k.as_str()) || k.starts_with("LC_") || (passthrough.contains(k) && !is_dangerous_env(k))
-        })
-        .cloned()
-        .collect();
-    let ws = workspace.to_string_lossy().into_owned();
-    env.retain(|(k, _)| k != "HOME" && k != "PWD" && k != "PAGER");
-    env.push(("HOME".into(), ws));
-    env.push(("PWD".into(), cwd.to_string_lossy().into_owned()));
-    env.push(("PAGER".into(), "cat".into()));
-    if !env.iter().any(|(k, _)| k == "PATH") {
-        env.push(("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()));
-    }
-    env.sort();
+    let env = environment(policy, &facts.env, workspace, cwd);
     let path = env
         .iter()
         .find(|(k, _)| k == "PATH")

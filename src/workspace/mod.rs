@@ -249,3 +249,4 @@ pub fn enforce_protected(root: &Path, before: &ProtectedSnapshot) -> Result<Vec<
     }
     Ok(violations)
 }
+pub mod overlay;

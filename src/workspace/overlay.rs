@@ -1,0 +1,473 @@
+//! The overlay workspace: capture every write of a run, check it, then commit
+//! it atomically or roll it back.
+//!
+//! Landlock and bind mounts work on directory trees; `writable_globs` such as
+//! `**/*.md` are not trees, and files that do not exist yet must be covered
+//! too. So when a policy's globs are not all `DIR/**`, the sandbox sees the
+//! workspace as an overlay whose upper layer lives in the state directory:
+//! the real workspace is untouched while the command runs. Afterwards the
+//! upper layer is walked (files, symlinks, whiteouts = deletions, opaque
+//! directories = removed and made again), every changed path is checked
+//! against the globs and the protected paths, and then:
+//!
+//! - on a violation with `on_violation = "rollback"` nothing lands;
+//! - otherwise the changes land through a *journal*: the list of operations
+//!   is written and synced before the first change, and every operation is
+//!   idempotent (a removal first renames the old entry into a trash folder,
+//!   a move only moves what is still in the upper layer), so a launcher
+//!   killed at any moment leaves either the workspace as it was (no journal
+//!   yet: the next start discards the capture) or a journal that the next
+//!   start finishes.
+//!
+//! A path the human changed in the real workspace while the run was going on
+//! is a conflict: the human's version stays and the run's change is listed.
+
+use super::WorkspaceError;
+use crate::policy::PathGlobs;
+use serde::{Deserialize, Serialize};
+use std::ffi::OsString;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+/// A run's capture directory: `upper/`, `work/`, `lock`, and later `journal.json`.
+#[derive(Debug)]
+pub struct Capture {
+    pub dir: PathBuf,
+    pub workspace: PathBuf,
+    /// Held for the launcher's lifetime so recovery never touches a live capture.
+    _lock: nix::fcntl::Flock<std::fs::File>,
+    started: SystemTime,
+}
+
+/// One operation of a commit, relative to the workspace. Paths are bytes, so
+/// names with newlines or invalid UTF-8 survive.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub enum Op {
+    /// Move the existing entry into the trash (removal, or making room).
+    Remove(Vec<u8>),
+    /// Create a directory with this mode if it does not exist.
+    MakeDir(Vec<u8>, u32),
+    /// Move the entry from the upper layer into the workspace.
+    Move(Vec<u8>),
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Journal {
+    workspace: PathBuf,
+    ops: Vec<Op>,
+}
+
+/// What the capture holds, classified.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    pub added: Vec<String>,
+    pub modified: Vec<String>,
+    pub deleted: Vec<String>,
+    /// Changes that break `writable_globs` or touch a protected path, with why.
+    pub violations: Vec<String>,
+    /// Changes refused because the human changed the same path meanwhile.
+    pub conflicts: Vec<String>,
+    /// True when the changes (or the allowed part, in drop mode) landed.
+    pub committed: bool,
+}
+
+const LOCK: &str = "lock";
+const JOURNAL: &str = "journal.json";
+
+fn err(path: &Path, e: std::io::Error) -> WorkspaceError {
+    WorkspaceError::Read {
+        path: path.to_path_buf(),
+        source: e,
+    }
+}
+
+fn lock_exclusive(f: std::fs::File, wait: bool) -> Option<nix::fcntl::Flock<std::fs::File>> {
+    use nix::fcntl::{Flock, FlockArg};
+    let arg = if wait {
+        FlockArg::LockExclusive
+    } else {
+        FlockArg::LockExclusiveNonblock
+    };
+    Flock::lock(f, arg).ok()
+}
+
+fn overlays_dir(state: &Path) -> PathBuf {
+    state.join("overlays")
+}
+
+/// Overlay option values cannot carry `,` `:` or `\` unescaped; such paths are refused.
+pub fn path_usable_for_overlay(p: &Path) -> bool {
+    !p.as_os_str()
+        .as_bytes()
+        .iter()
+        .any(|b| matches!(b, b',' | b':' | b'\\'))
+}
+
+impl Capture {
+    /// Make the capture directories for one run (locked for this process).
+    pub fn create(state: &Path, workspace: &Path) -> Result<Capture, WorkspaceError> {
+        let nanos = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let dir = overlays_dir(state).join(format!("{}-{nanos}", std::process::id()));
+        for d in [dir.join("upper"), dir.join("work")] {
+            std::fs::create_dir_all(&d).map_err(|e| err(&d, e))?;
+        }
+        let lock_path = dir.join(LOCK);
+        let file = std::fs::File::create(&lock_path).map_err(|e| err(&lock_path, e))?;
+        let lock = lock_exclusive(file, true)
+            .ok_or_else(|| err(&lock_path, std::io::Error::other("cannot lock the capture")))?;
+        Ok(Capture {
+            dir,
+            workspace: workspace.to_path_buf(),
+            _lock: lock,
+            started: SystemTime::now(),
+        })
+    }
+
+    pub fn upper(&self) -> PathBuf {
+        self.dir.join("upper")
+    }
+
+    pub fn work(&self) -> PathBuf {
+        self.dir.join("work")
+    }
+
+    /// Classify the capture and land it, or not, as the policy says.
+    pub fn finish(self, globs: &PathGlobs, drop_violations: bool) -> Result<Outcome, WorkspaceError> {
+        let mut out = Outcome::default();
+        let mut ops = Vec::new();
+        let mut plan = Planner {
+            ws: &self.workspace,
+            upper: self.upper(),
+            globs,
+            out: &mut out,
+            ops: &mut ops,
+            started: self.started,
+        };
+        plan.walk(Path::new(""))?;
+        let ops = if out.violations.is_empty() {
+            ops
+        } else if drop_violations {
+            ops.into_iter().filter(|(_, ok)| *ok).collect()
+        } else {
+            Vec::new()
+        };
+        let ops: Vec<Op> = ops.into_iter().map(|(op, _)| op).collect();
+        if !ops.is_empty() {
+            let journal = Journal {
+                workspace: self.workspace.clone(),
+                ops,
+            };
+            write_journal(&self.dir, &journal)?;
+            crash_point("after-journal");
+            apply(&self.dir, &journal)?;
+            out.committed = true;
+        } else {
+            out.committed = out.violations.is_empty();
+        }
+        cleanup(&self.dir, &self.workspace);
+        Ok(out)
+    }
+}
+
+/// Test hook (debug builds only): abort at a named point of the commit, as if
+/// the launcher were killed there.
+fn crash_point(name: &str) {
+    if cfg!(debug_assertions) && std::env::var("TETHER_EXEC_TEST_CRASH_AT").is_ok_and(|v| v == name) {
+        std::process::abort();
+    }
+}
+
+struct Planner<'a> {
+    ws: &'a Path,
+    upper: PathBuf,
+    globs: &'a PathGlobs,
+    out: &'a mut Outcome,
+    /// Operations with whether each is allowed.
+    ops: &'a mut Vec<(Op, bool)>,
+    started: SystemTime,
+}
+
+fn rel_bytes(p: &Path) -> Vec<u8> {
+    p.as_os_str().as_bytes().to_vec()
+}
+
+fn is_whiteout(m: &std::fs::Metadata) -> bool {
+    m.file_type().is_char_device() && m.rdev() == 0
+}
+
+fn is_opaque(p: &Path) -> bool {
+    crate::sandbox::apply::overlay_opaque(p)
+}
+
+impl Planner<'_> {
+    fn judge(&mut self, rel: &Path, what: &str) -> bool {
+        let r = rel.to_string_lossy();
+        if let Some(p) = self.globs.protected_by(&r) {
+            self.out.violations.push(format!("{what} `{r}`: protected path ({p})"));
+            return false;
+        }
+        if !self.globs.writable(&r) {
+            self.out
+                .violations
+                .push(format!("{what} `{r}`: outside writable_globs"));
+            return false;
+        }
+        true
+    }
+
+    /// The human changed this path in the real workspace after the run started.
+    fn conflict(&mut self, rel: &Path) -> bool {
+        let Ok(m) = std::fs::symlink_metadata(self.ws.join(rel)) else {
+            return false;
+        };
+        let changed = |t: std::io::Result<SystemTime>| t.is_ok_and(|t| t > self.started);
+        let ctime = SystemTime::UNIX_EPOCH + std::time::Duration::new(m.ctime() as u64, m.ctime_nsec() as u32);
+        if changed(m.modified()) || ctime > self.started {
+            self.out.conflicts.push(rel.to_string_lossy().into_owned());
+            return true;
+        }
+        false
+    }
+
+    /// Every path of a lower subtree that a removal would delete must be removable.
+    fn judge_removal(&mut self, rel: &Path) -> bool {
+        let mut ok = self.judge(rel, "deletes");
+        let full = self.ws.join(rel);
+        if std::fs::symlink_metadata(&full).is_ok_and(|m| m.is_dir()) {
+            if let Ok(rd) = std::fs::read_dir(&full) {
+                for e in rd.flatten() {
+                    ok &= self.judge_removal(&rel.join(e.file_name()));
+                }
+            }
+        }
+        ok
+    }
+
+    fn walk(&mut self, rel: &Path) -> Result<bool, WorkspaceError> {
+        let dir = self.upper.join(rel);
+        let rd = std::fs::read_dir(&dir).map_err(|e| err(&dir, e))?;
+        let mut entries: Vec<OsString> = rd.flatten().map(|e| e.file_name()).collect();
+        entries.sort();
+        let mut any_allowed = false;
+        for name in entries {
+            let r = rel.join(&name);
+            let up = self.upper.join(&r);
+            let m = std::fs::symlink_metadata(&up).map_err(|e| err(&up, e))?;
+            let lower = std::fs::symlink_metadata(self.ws.join(&r)).ok();
+            let shown = r.to_string_lossy().into_owned();
+            if is_whiteout(&m) {
+                if lower.is_some() && !self.conflict(&r) {
+                    let ok = self.judge_removal(&r);
+                    self.out.deleted.push(shown);
+                    self.ops.push((Op::Remove(rel_bytes(&r)), ok));
+                    any_allowed |= ok;
+                }
+                continue;
+            }
+            if m.is_dir() {
+                let lower_dir = lower.as_ref().is_some_and(|l| l.is_dir());
+                let replaced = lower.is_some() && (!lower_dir || is_opaque(&up));
+                if replaced {
+                    if self.conflict(&r) {
+                        continue;
+                    }
+                    let ok = self.judge_removal(&r);
+                    self.out.deleted.push(shown.clone());
+                    self.ops.push((Op::Remove(rel_bytes(&r)), ok));
+                }
+                if lower_dir && !replaced {
+                    // A merged directory: only its entries changed.
+                    any_allowed |= self.walk(&r)?;
+                    continue;
+                }
+                let at = self.ops.len();
+                self.out.added.push(shown);
+                let inner = self.walk(&r)?;
+                // A new directory is allowed if a glob names it, or if it holds
+                // something allowed (it must exist for that to land).
+                let r_str = r.to_string_lossy();
+                let ok = inner || (self.globs.protected_by(&r_str).is_none() && self.globs.writable(&r_str));
+                if !ok {
+                    self.judge(&r, "creates directory");
+                }
+                self.ops
+                    .insert(at, (Op::MakeDir(rel_bytes(&r), m.permissions().mode() & 0o7777), ok));
+                any_allowed |= ok;
+                continue;
+            }
+            // A file or a symlink (committed as a symlink, never followed).
+            if self.conflict(&r) {
+                continue;
+            }
+            let (what, list) = if lower.is_some() {
+                ("modifies", &mut self.out.modified)
+            } else {
+                ("creates", &mut self.out.added)
+            };
+            list.push(shown);
+            let ok = self.judge(&r, what);
+            if lower.as_ref().is_some_and(|l| l.is_dir()) {
+                self.ops.push((Op::Remove(rel_bytes(&r)), ok));
+            }
+            self.ops.push((Op::Move(rel_bytes(&r)), ok));
+            any_allowed |= ok;
+        }
+        Ok(any_allowed)
+    }
+}
+
+fn write_journal(dir: &Path, j: &Journal) -> Result<(), WorkspaceError> {
+    let tmp = dir.join("journal.tmp");
+    let path = dir.join(JOURNAL);
+    let text = serde_json::to_vec(j).expect("journal serialises");
+    let f = std::fs::File::create(&tmp).map_err(|e| err(&tmp, e))?;
+    std::io::Write::write_all(&mut &f, &text).map_err(|e| err(&tmp, e))?;
+    f.sync_all().map_err(|e| err(&tmp, e))?;
+    std::fs::rename(&tmp, &path).map_err(|e| err(&path, e))?;
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| err(dir, e))?;
+    Ok(())
+}
+
+fn trash_dir(dir: &Path, ws: &Path) -> PathBuf {
+    // In the workspace, so a removal is a rename on the same filesystem.
+    let id = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    ws.join(format!(".tether-exec-trash-{id}"))
+}
+
+/// Apply a journal. Every step checks whether it already happened.
+fn apply(dir: &Path, j: &Journal) -> Result<(), WorkspaceError> {
+    let upper = dir.join("upper");
+    let trash = trash_dir(dir, &j.workspace);
+    for (i, op) in j.ops.iter().enumerate() {
+        if i == 1 {
+            crash_point("mid-commit");
+        }
+        match op {
+            Op::Remove(r) => {
+                let rel = Path::new(std::ffi::OsStr::from_bytes(r));
+                let from = j.workspace.join(rel);
+                let to = trash.join(rel);
+                if std::fs::symlink_metadata(&to).is_err() && std::fs::symlink_metadata(&from).is_ok() {
+                    std::fs::create_dir_all(to.parent().expect("in trash")).map_err(|e| err(&to, e))?;
+                    std::fs::rename(&from, &to).map_err(|e| err(&from, e))?;
+                }
+            }
+            Op::MakeDir(r, mode) => {
+                let p = j.workspace.join(std::ffi::OsStr::from_bytes(r));
+                if std::fs::symlink_metadata(&p).is_err() {
+                    std::fs::create_dir(&p).map_err(|e| err(&p, e))?;
+                    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(*mode)).map_err(|e| err(&p, e))?;
+                }
+            }
+            Op::Move(r) => {
+                let rel = Path::new(std::ffi::OsStr::from_bytes(r));
+                let from = upper.join(rel);
+                let to = j.workspace.join(rel);
+                if std::fs::symlink_metadata(&from).is_ok() {
+                    match std::fs::rename(&from, &to) {
+                        Ok(()) => {}
+                        Err(e) if e.raw_os_error() == Some(libc::EXDEV) => copy_then_remove(&from, &to)?,
+                        Err(e) => return Err(err(&from, e)),
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Across filesystems (state directory elsewhere): copy, then drop the source.
+/// Re-running after a crash copies again, which is idempotent.
+fn copy_then_remove(from: &Path, to: &Path) -> Result<(), WorkspaceError> {
+    let m = std::fs::symlink_metadata(from).map_err(|e| err(from, e))?;
+    if m.file_type().is_symlink() {
+        let target = std::fs::read_link(from).map_err(|e| err(from, e))?;
+        let _ = std::fs::remove_file(to);
+        std::os::unix::fs::symlink(&target, to).map_err(|e| err(to, e))?;
+    } else {
+        let tmp = to.with_file_name(OsString::from_vec(
+            [
+                b".tether-exec-tmp-".as_slice(),
+                to.file_name().map(|n| n.as_bytes()).unwrap_or(b"f"),
+            ]
+            .concat(),
+        ));
+        std::fs::copy(from, &tmp).map_err(|e| err(&tmp, e))?;
+        std::fs::rename(&tmp, to).map_err(|e| err(to, e))?;
+    }
+    std::fs::remove_file(from).map_err(|e| err(from, e))
+}
+
+fn cleanup(dir: &Path, ws: &Path) {
+    let _ = std::fs::remove_dir_all(trash_dir(dir, ws));
+    remove_capture(dir);
+}
+
+/// Remove a capture directory.
+fn remove_capture(dir: &Path) {
+    if std::fs::remove_dir_all(dir).is_err() {
+        // overlayfs leaves `work/work` with mode 000: root removes it anyway,
+        // its owner must give itself access first.
+        let _ = grant_owner_access(dir);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+fn grant_owner_access(dir: &Path) -> std::io::Result<()> {
+    let m = std::fs::symlink_metadata(dir)?;
+    if !m.is_dir() {
+        return Ok(());
+    }
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    for e in std::fs::read_dir(dir)?.flatten() {
+        let _ = grant_owner_access(&e.path());
+    }
+    Ok(())
+}
+
+/// At start: finish commits whose launcher died after writing the journal, and
+/// discard captures whose launcher died before it. Live captures are locked.
+pub fn recover(state: &Path) -> Vec<String> {
+    let mut report = Vec::new();
+    let Ok(rd) = std::fs::read_dir(overlays_dir(state)) else {
+        return report;
+    };
+    for e in rd.flatten() {
+        let dir = e.path();
+        let Ok(file) = std::fs::File::open(dir.join(LOCK)) else {
+            continue;
+        };
+        let Some(_lock) = lock_exclusive(file, false) else {
+            continue; // a running launcher owns it
+        };
+        match std::fs::read(dir.join(JOURNAL))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Journal>(&b).ok())
+        {
+            Some(j) => match apply(&dir, &j) {
+                Ok(()) => {
+                    report.push(format!("finished an interrupted commit into {}", j.workspace.display()));
+                    cleanup(&dir, &j.workspace);
+                }
+                Err(e) => report.push(format!(
+                    "could not finish an interrupted commit ({e}); left in {}",
+                    dir.display()
+                )),
+            },
+            None => {
+                remove_capture(&dir);
+                report.push("discarded the capture of an interrupted run (nothing of it had landed)".into());
+            }
+        }
+    }
+    report
+}

@@ -1,0 +1,243 @@
+//! The overlay workspace (globs the kernel cannot express as trees): every write
+//! is captured, checked, then lands atomically or not at all. Judged from the host.
+
+mod common;
+use common::*;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+const MD: &str = "writable_globs = [\"**/*.md\"]\n";
+
+fn world() -> World {
+    let w = World::new();
+    w.write("docs/a.md", "old\n");
+    w.write("src/x.rs", "code\n");
+    w
+}
+
+#[test]
+fn one_bad_write_means_nothing_lands() {
+    let w = world();
+    let o = w.run_policy(
+        MD,
+        "printf new > docs/b.md; cp src/x.rs src/y.rs; echo more >> docs/a.md",
+    );
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    assert!(
+        text(&o).contains("src/y.rs"),
+        "the offending path is named: {}",
+        text(&o)
+    );
+    assert!(
+        !exists(&w.ws.join("docs/b.md")) && !exists(&w.ws.join("src/y.rs")),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(std::fs::read_to_string(w.ws.join("docs/a.md")).unwrap(), "old\n");
+    // Control: unconfined, all of it lands.
+    w.control("printf new > docs/b.md; cp src/x.rs src/y.rs");
+    assert!(exists(&w.ws.join("src/y.rs")));
+}
+
+#[test]
+fn allowed_changes_land_and_are_listed() {
+    let w = world();
+    w.write("docs/old.md", "bye\n");
+    let r = w.outside.join("r.json");
+    let o = w.run_with(
+        &[
+            "--policy",
+            w.policy(MD).to_str().unwrap(),
+            "--receipt",
+            r.to_str().unwrap(),
+        ],
+        "cp docs/a.md docs/b.md; echo new >> docs/a.md; mkdir -p notes && echo n > notes/c.md; rm docs/old.md",
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(std::fs::read_to_string(w.ws.join("docs/a.md")).unwrap(), "old\nnew\n");
+    assert!(exists(&w.ws.join("docs/b.md")) && exists(&w.ws.join("notes/c.md")) && !exists(&w.ws.join("docs/old.md")));
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&r).unwrap()).unwrap();
+    assert_eq!(v["changes"]["modified"], serde_json::json!(["docs/a.md"]));
+    assert_eq!(v["changes"]["deleted"], serde_json::json!(["docs/old.md"]));
+    assert!(v["changes"]["added"]
+        .as_array()
+        .unwrap()
+        .contains(&serde_json::json!("notes/c.md")));
+    assert!(
+        std::fs::read_dir(w.state.join("overlays")).unwrap().next().is_none(),
+        "the capture is cleaned up"
+    );
+}
+
+#[test]
+fn drop_mode_lands_the_allowed_part() {
+    let w = world();
+    let o = w.run_policy(
+        &format!("{MD}on_violation = \"drop\"\n"),
+        "printf new > docs/b.md; cp src/x.rs src/y.rs",
+    );
+    assert!(
+        text(&o).contains("discarded") && text(&o).contains("src/y.rs"),
+        "{}",
+        text(&o)
+    );
+    assert!(exists(&w.ws.join("docs/b.md")) && !exists(&w.ws.join("src/y.rs")));
+}
+
+#[test]
+fn protected_paths_under_the_overlay_never_land() {
+    let w = world();
+    let o = w.run_policy(
+        "writable_globs = [\"**/*\"]\n",
+        "mkdir -p .git/hooks && printf evil | tee .git/hooks/pre-commit; printf x | tee .env",
+    );
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    assert!(
+        !exists(&w.ws.join(".git")) && !exists(&w.ws.join(".env")),
+        "{}",
+        text(&o)
+    );
+    assert!(text(&o).contains("protected"), "{}", text(&o));
+}
+
+#[test]
+fn symlinks_modes_empty_dirs_hard_links_and_odd_names_survive() {
+    let w = world();
+    let o = w.run_policy(
+        "writable_globs = [\"**/*\"]\n",
+        "ln -s /etc/passwd docs/link.md; printf '#!/bin/sh\\n' > docs/run.sh && chmod 750 docs/run.sh; \
+         mkdir docs/empty; ln docs/a.md docs/hard.md; printf x > $'docs/new\\nline.md'",
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(
+        std::fs::read_link(w.ws.join("docs/link.md")).unwrap(),
+        std::path::Path::new("/etc/passwd"),
+        "kept as a symlink"
+    );
+    assert_eq!(
+        std::fs::metadata(w.ws.join("docs/run.sh"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777,
+        0o750
+    );
+    assert!(w.ws.join("docs/empty").is_dir());
+    assert!(exists(&w.ws.join("docs/new\nline.md")));
+    let (a, h) = (
+        std::fs::metadata(w.ws.join("docs/a.md")).unwrap(),
+        std::fs::metadata(w.ws.join("docs/hard.md")).unwrap(),
+    );
+    assert_eq!(std::fs::read_to_string(w.ws.join("docs/hard.md")).unwrap(), "old\n");
+    // The overlay copies a file up before linking it, so the landed pair shares an inode.
+    assert_eq!(a.ino(), h.ino(), "hard link kept");
+}
+
+fn run_crashing(w: &World, at: &str, script: &str) -> std::process::Output {
+    Command::new(bin())
+        .arg("--state-dir")
+        .arg(&w.state)
+        .args(["run", "--policy", w.policy(MD).to_str().unwrap(), "-c", script])
+        .current_dir(&w.ws)
+        .env("TETHER_EXEC_TEST_CRASH_AT", at)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_commit_killed_after_its_journal_is_finished_by_the_next_start() {
+    for point in ["after-journal", "mid-commit"] {
+        let w = world();
+        let o = run_crashing(
+            &w,
+            point,
+            "printf 1 > docs/one.md; printf 2 > docs/two.md; rm docs/a.md",
+        );
+        assert!(!o.status.success(), "{point}: the launcher was meant to die");
+        // Whatever state it died in, the next start completes the commit.
+        let n = w.run("true");
+        assert!(n.status.success(), "{}", text(&n));
+        assert!(
+            text(&n).contains("finished an interrupted commit"),
+            "{point}: {}",
+            text(&n)
+        );
+        assert_eq!(
+            std::fs::read_to_string(w.ws.join("docs/one.md")).unwrap(),
+            "1",
+            "{point}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(w.ws.join("docs/two.md")).unwrap(),
+            "2",
+            "{point}"
+        );
+        assert!(!exists(&w.ws.join("docs/a.md")), "{point}");
+        let leftovers: Vec<_> = std::fs::read_dir(&w.ws)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert!(
+            !leftovers
+                .iter()
+                .any(|n| n.to_string_lossy().starts_with(".tether-exec-trash")),
+            "{point}: {leftovers:?}"
+        );
+    }
+}
+
+#[test]
+fn a_run_killed_before_its_commit_lands_nothing() {
+    let w = world();
+    let mut child = Command::new(bin())
+        .arg("--state-dir")
+        .arg(&w.state)
+        .args([
+            "run",
+            "--policy",
+            w.policy(MD).to_str().unwrap(),
+            "-c",
+            "printf x > docs/q.md; sleep 30",
+        ])
+        .current_dir(&w.ws)
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    child.kill().unwrap();
+    let _ = child.wait();
+    let n = w.run("true");
+    assert!(text(&n).contains("discarded the capture"), "{}", text(&n));
+    assert!(!exists(&w.ws.join("docs/q.md")));
+    assert!(std::fs::read_dir(w.state.join("overlays")).unwrap().next().is_none());
+}
+
+#[test]
+fn the_humans_concurrent_change_wins() {
+    let w = world();
+    let child = Command::new(bin())
+        .arg("--state-dir")
+        .arg(&w.state)
+        .args([
+            "run",
+            "--policy",
+            w.policy(MD).to_str().unwrap(),
+            "-c",
+            "sleep 1; printf agent > docs/a.md; printf b > docs/b.md",
+        ])
+        .current_dir(&w.ws)
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    std::fs::write(w.ws.join("docs/a.md"), "human\n").unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(77), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(std::fs::read_to_string(w.ws.join("docs/a.md")).unwrap(), "human\n");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("docs/a.md"));
+    assert!(exists(&w.ws.join("docs/b.md")), "the run's other change landed");
+}
