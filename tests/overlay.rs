@@ -241,3 +241,26 @@ fn the_humans_concurrent_change_wins() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("docs/a.md"));
     assert!(exists(&w.ws.join("docs/b.md")), "the run's other change landed");
 }
+
+#[test]
+fn invalid_utf8_names_and_moved_directories_land() {
+    let w = world();
+    w.write("docs/sub/inner.md", "in\n");
+    // A name that is not UTF-8 (made by a program: the gate asks about $'\xff' redirects),
+    // and `mv` of a directory that existed before the run (EXDEV inside the overlay: mv copies).
+    let script = format!("{PY} -c \"open(b'docs/\\\\xff.md', 'wb').write(b'x')\"; mv docs/sub docs/moved");
+    let o = w.run_policy("writable_globs = [\"**/*\"]\n", &script);
+    assert!(o.status.success(), "{}", text(&o));
+    use std::os::unix::ffi::OsStrExt;
+    let names: Vec<Vec<u8>> = std::fs::read_dir(w.ws.join("docs"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().as_bytes().to_vec())
+        .collect();
+    assert!(names.contains(&b"\xff.md".to_vec()), "{names:?}");
+    assert_eq!(
+        std::fs::read_to_string(w.ws.join("docs/moved/inner.md")).unwrap(),
+        "in\n"
+    );
+    assert!(!exists(&w.ws.join("docs/sub")));
+}
