@@ -27,6 +27,8 @@ pub struct Finished {
     pub receipt: Receipt,
     /// tether-exec's own lines for stderr (never the command's output).
     pub stderr: Vec<String>,
+    /// A previewed command's recorded output, replayed when its effects land.
+    pub replay: Option<(Vec<u8>, Vec<u8>)>,
 }
 
 impl Finished {
@@ -35,6 +37,7 @@ impl Finished {
             code,
             receipt,
             stderr: vec![line.into()],
+            replay: None,
         }
     }
 }
@@ -48,6 +51,79 @@ pub struct HeldContext {
     pub files: Vec<PathBuf>,
     /// Each layer's source name and text, as loaded when the action was held.
     pub layers: Vec<(String, String)>,
+    /// The effects of the command, captured by running it once in an overlay.
+    #[serde(default)]
+    pub preview: Option<PreviewRecord>,
+    /// Why there is no preview, when there is none.
+    #[serde(default)]
+    pub no_preview: Option<String>,
+}
+
+/// A held action's preview, as `show` displays it and `resume` lands it.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct PreviewRecord {
+    pub dir: PathBuf,
+    pub digest: String,
+    pub exit_code: i32,
+    pub added: Vec<String>,
+    pub modified: Vec<String>,
+    pub deleted: Vec<String>,
+    pub violations: Vec<String>,
+}
+
+/// Why a held action gets no preview, if it does not.
+fn no_preview_reason(policy: &Policy, d: &Decision) -> Option<String> {
+    if policy.network() {
+        Some("the policy allows network access, whose effects a preview cannot capture".into())
+    } else if policy.profile() != Profile::WorkspaceWrite {
+        Some("the profile is read-only: the command cannot change the workspace".into())
+    } else if !d.preview_allowed {
+        Some("the rule that holds it says preview = false".into())
+    } else {
+        None
+    }
+}
+
+/// Run the held command once, confined, in an overlay; keep what it did.
+fn make_preview(req: &Request, policy: &Policy, stdin: &[u8]) -> Result<PreviewRecord, String> {
+    let capture = Capture::create(&req.state_dir, &req.workspace)
+        .map_err(|e| format!("tether-exec: cannot prepare the preview: {e}"))?;
+    let plan = plan_for(
+        policy,
+        &req.workspace,
+        &req.cwd,
+        req.sandbox_argv(),
+        &req.state_dir,
+        Some(&capture),
+    )?;
+    let (out, err) = capture.output_files().map_err(|e| format!("tether-exec: {e}"))?;
+    let code = match apply::run(&plan, Some(stdin), Some((&out, &err))) {
+        Ok(o) => match o.ended {
+            apply::Ended::Exited(c) | apply::Ended::ExecFailed { code: c } => c,
+            apply::Ended::TimedOut => exit::TIMEOUT,
+        },
+        Err(e) => return Err(format!("tether-exec: the preview could not run: {e}")),
+    };
+    let kept = capture
+        .keep_as_preview(&req.state_dir, &policy.path_globs(), code)
+        .map_err(|e| format!("tether-exec: {e}"))?;
+    Ok(PreviewRecord {
+        dir: kept.dir,
+        digest: kept.digest,
+        exit_code: kept.exit_code,
+        added: kept.outcome.added,
+        modified: kept.outcome.modified,
+        deleted: kept.outcome.deleted,
+        violations: kept.outcome.violations,
+    })
+}
+
+/// The workspace binding of a previewed action: the workspace's fingerprint and the preview's digest.
+fn with_preview(fingerprint: String, preview: Option<&PreviewRecord>) -> String {
+    match preview {
+        Some(p) => format!("{fingerprint} preview:{}", p.digest),
+        None => fingerprint,
+    }
 }
 
 /// A command to run, as the CLI parsed it.
@@ -278,7 +354,7 @@ fn execute(
     let isolation = Isolation::of(plan);
     let writable = policy.profile() == Profile::WorkspaceWrite;
     let protected_before = writable.then(|| crate::workspace::snapshot_protected(&plan.workspace));
-    let outcome = apply::run(plan, stdin);
+    let outcome = apply::run(plan, stdin, None);
     // Protected paths that did not exist yet cannot be mounted read-only; a
     // run that created one (or swapped `.git` by renaming it) does not keep it.
     let mut violations = Vec::new();
@@ -418,7 +494,12 @@ fn execute(
             receipt.error = Some(format!("audit write failed after the run: {e}"));
         }
     }
-    Finished { code, receipt, stderr }
+    Finished {
+        code,
+        receipt,
+        stderr,
+        replay: None,
+    }
 }
 
 /// Read standard input for a held action (bounded); a terminal gives none.
@@ -476,10 +557,20 @@ fn hold(
         Err(e) => return Finished::new(exit::INTERNAL, receipt, e),
     };
 
-    let b = match bindings(policy, &req.workspace, &req.state_dir) {
+    let mut b = match bindings(policy, &req.workspace, &req.state_dir) {
         Ok(b) => b,
         Err(e) => return Finished::new(exit::INTERNAL, receipt, e),
     };
+    let no_preview = no_preview_reason(policy, d);
+    let preview = match no_preview {
+        Some(_) => None,
+        None => match make_preview(req, policy, &stdin) {
+            Ok(p) => Some(p),
+            Err(e) => return Finished::new(exit::INTERNAL, receipt, e),
+        },
+    };
+    b.workspace_fingerprint = with_preview(b.workspace_fingerprint, preview.as_ref());
+    let has_preview = preview.is_some();
     let context = HeldContext {
         workspace: req.workspace.clone(),
         files: policy.files.clone(),
@@ -488,6 +579,8 @@ fn hold(
             .iter()
             .map(|l| (l.source.clone(), l.text.clone()))
             .collect(),
+        preview,
+        no_preview,
     };
     let request = HoldRequest {
         session: req.session.clone(),
@@ -538,12 +631,17 @@ fn hold(
     Finished::new(
         exit::HELD,
         receipt,
-        format!(
-            "[APPROVAL REQUIRED] Session `{}` wants to run: `{}`{need}\nApprove with `tether-exec approve {}` or reject with `tether-exec reject {} --reason \"<reason>\"`.",
+                format!(
+            "[APPROVAL REQUIRED] Session `{}` wants to run: `{}`{need}\nApprove with `tether-exec approve {}` or reject with `tether-exec reject {} --reason \"<reason>\"`.{}",
             held.session,
             req.command_text(),
             held.id,
-            held.id
+            held.id,
+            if has_preview {
+                format!("\nA preview of its effects exists (it ran once, confined; nothing landed): `tether-exec show {}`.", held.id)
+            } else {
+                String::new()
+            }
         ),
     )
 }
@@ -598,6 +696,7 @@ pub fn resume(id: &str, state: &Path) -> Finished {
                 code: exit::INTERNAL,
                 receipt,
                 stderr: vec![why, format!("tether-exec: and the refusal could not be audited: {e}")],
+                replay: None,
             };
         }
         Finished::new(code, receipt, why)
@@ -679,6 +778,11 @@ pub fn resume(id: &str, state: &Path) -> Finished {
         Err(e) => return refused(&mut log, receipt, exit::INTERNAL, e),
     };
     current_bindings.policy_digest = current_policy.digest();
+    if let Some(pr) = &ctx.preview {
+        // The preview as it is now: a byte changed in it changes its digest.
+        let now = crate::workspace::overlay::preview_digest(&pr.dir).unwrap_or_else(|_| "missing".into());
+        current_bindings.workspace_fingerprint = format!("{} preview:{now}", current_bindings.workspace_fingerprint);
+    }
     let current = Current {
         session: action.session.clone(),
         intent: intent_of(
@@ -699,6 +803,9 @@ pub fn resume(id: &str, state: &Path) -> Finished {
             format!("tether-exec: refusing to resume {id}: {e}"),
         ),
         Ok(Resume::Rejected(reason)) => {
+            if let Some(pr) = &ctx.preview {
+                crate::workspace::overlay::discard_preview(&pr.dir);
+            }
             receipt.decision = Some(Verdict::Deny);
             Finished::new(exit::REFUSED, receipt, format!("[ACTION REJECTED BY POLICY]: {reason}"))
         }
@@ -751,6 +858,32 @@ pub fn resume(id: &str, state: &Path) -> Finished {
                 // reads as interrupted and needs a fresh approval.
                 return Finished::new(exit::INTERNAL, receipt, e);
             }
+            if let Some(pr) = &ctx.preview {
+                let mut done = land_preview(
+                    pr,
+                    &policy,
+                    &ctx.workspace,
+                    receipt,
+                    &mut log,
+                    &action.session,
+                    id,
+                    state,
+                );
+                let result = RecordedResult {
+                    exit_code: done.receipt.exit_code,
+                    signal: None,
+                    timed_out: false,
+                    duration_ms: 0,
+                    receipt_json: serde_json::to_string(&done.receipt).unwrap_or_default(),
+                };
+                if let Err(e) = store.finish(ticket, &result) {
+                    done.stderr.push(format!(
+                        "tether-exec: the preview landed, but its result could not be recorded: {e}"
+                    ));
+                }
+                done.stderr.splice(0..0, recovered);
+                return done;
+            }
             let stdin = ticket.stdin().to_vec();
             let mut done = execute(
                 &plan,
@@ -779,5 +912,73 @@ pub fn resume(id: &str, state: &Path) -> Finished {
             }
             done
         }
+    }
+}
+
+/// Land an approved preview: exactly the captured changes, without running the
+/// command again; replay its recorded output and exit code.
+#[allow(clippy::too_many_arguments)]
+fn land_preview(
+    pr: &PreviewRecord,
+    policy: &Policy,
+    ws: &Path,
+    mut receipt: Receipt,
+    log: &mut AuditLog,
+    session: &str,
+    id: &str,
+    state: &Path,
+) -> Finished {
+    let out = std::fs::read(pr.dir.join("stdout")).unwrap_or_default();
+    let err = std::fs::read(pr.dir.join("stderr")).unwrap_or_default();
+    let mut stderr = Vec::new();
+    let mut code = pr.exit_code;
+    match crate::workspace::overlay::land_preview(
+        &pr.dir,
+        ws,
+        &policy.path_globs(),
+        policy.on_violation() == crate::policy::OnViolation::Drop,
+    ) {
+        Ok(o) => {
+            receipt.changes = Some(crate::receipt::Changes {
+                added: o.added,
+                modified: o.modified,
+                deleted: o.deleted,
+            });
+            if !o.violations.is_empty() {
+                receipt.rolled_back = o.violations.clone();
+                if !o.committed {
+                    stderr.push(format!(
+                        "Sandbox violation: the previewed writes were rolled back, nothing landed: {}",
+                        o.violations.join("; ")
+                    ));
+                    code = exit::REFUSED;
+                }
+            }
+        }
+        Err(e) => {
+            stderr.push(format!(
+                "tether-exec: could not land the preview: {e}; the next run finishes or discards the commit"
+            ));
+            code = exit::INTERNAL;
+        }
+    }
+    if let Err(e) = crate::workspace::bump_generation(state, ws) {
+        receipt.error = Some(e.to_string());
+    }
+    receipt.exit_code = Some(code);
+    let mut rec = AuditEntry::new(EntryKind::Commit);
+    rec.session = Some(session.to_string());
+    rec.approval_id = Some(id.to_string());
+    rec.policy_digest = Some(receipt.policy_digest.clone());
+    rec.exit_code = Some(code);
+    rec.detail = Some(format!("landed the approved preview {}", pr.digest));
+    if let Ok(seq) = log.append(rec) {
+        receipt.audit_seq = Some(seq);
+    }
+    Finished {
+        code,
+        receipt,
+        stderr,
+        replay: Some((out, err)),
     }
 }

@@ -5,7 +5,7 @@ use crate::approval::{self, ApprovalStore, ApproverKey, HeldAction};
 use crate::audit::{AuditEntry, AuditLog, EntryKind};
 use crate::exit;
 use crate::launch::{refusal_code, HeldContext};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 fn store(state: &Path) -> Result<ApprovalStore, i32> {
     ApprovalStore::open(state).map_err(|e| {
@@ -108,6 +108,9 @@ pub fn show(state: &Path, id: &str, json: bool) -> i32 {
     if let Some(r) = &a.rejection_reason {
         println!("  rejected:    {r}");
     }
+    if let Some(c) = &ctx {
+        print_preview(c, a.state.as_str());
+    }
     println!("  an approval binds:");
     println!(
         "    session {} (proposal {}), action {}, idempotency key {}",
@@ -206,7 +209,14 @@ pub fn reject(state: &Path, id: &str, reason: &str) -> i32 {
         return c;
     }
     match st.reject(id, reason, &key) {
-        Ok(_) => {
+        Ok(a) => {
+            // A rejected action's preview is thrown away: nothing of it lands.
+            if let Some(p) = serde_json::from_str::<HeldContext>(&a.policy_json)
+                .ok()
+                .and_then(|c| c.preview)
+            {
+                crate::workspace::overlay::discard_preview(&p.dir);
+            }
             if let Err(c) = audit(state, EntryKind::Rejected, id, &key.key_id(), Some(reason.to_string())) {
                 return c;
             }
@@ -247,5 +257,115 @@ pub fn approver_trust(state: &Path, public_key: &str) -> i32 {
             exit::INTERNAL
         }
         Err(c) => c,
+    }
+}
+
+/// Lines of diff shown per file, and in all.
+const DIFF_LINES_PER_FILE: usize = 60;
+const DIFF_LINES_TOTAL: usize = 400;
+/// Lines of recorded output shown.
+const OUTPUT_LINES: usize = 20;
+
+fn is_binary(p: &Path) -> bool {
+    use std::io::Read;
+    let mut buf = [0u8; 8192];
+    let n = std::fs::File::open(p).and_then(|mut f| f.read(&mut buf)).unwrap_or(0);
+    // NUL bytes, or bytes that are not UTF-8 (a sequence cut at the end of the
+    // sample does not count).
+    buf[..n].contains(&0) || std::str::from_utf8(&buf[..n]).is_err_and(|e| e.error_len().is_some())
+}
+
+fn size_of(p: &Path) -> String {
+    match std::fs::symlink_metadata(p) {
+        Ok(m) if m.file_type().is_symlink() => format!(
+            "symlink to {}",
+            std::fs::read_link(p)
+                .map(|t| t.display().to_string())
+                .unwrap_or_default()
+        ),
+        Ok(m) if m.is_dir() => "directory".into(),
+        Ok(m) => format!("{} bytes{}", m.len(), if is_binary(p) { ", binary" } else { "" }),
+        Err(_) => "gone".into(),
+    }
+}
+
+/// What a held action would change, as captured by its preview.
+fn print_preview(c: &HeldContext, state: &str) {
+    let Some(p) = &c.preview else {
+        println!(
+            "  preview:     none: {}",
+            c.no_preview.as_deref().unwrap_or("not recorded")
+        );
+        return;
+    };
+    if !p.dir.exists() {
+        println!("  preview:     discarded ({state})");
+        return;
+    }
+    let upper = p.dir.join("upper");
+    println!(
+        "  preview:     it ran once, confined, in an overlay; nothing landed. Exit {}. Digest {}",
+        p.exit_code, p.digest
+    );
+    for (what, list, from_upper) in [
+        ("added", &p.added, true),
+        ("modified", &p.modified, true),
+        ("deleted", &p.deleted, false),
+    ] {
+        for path in list {
+            let at = if from_upper {
+                upper.join(path)
+            } else {
+                c.workspace.join(path)
+            };
+            println!("    {what:<9}{path} ({})", size_of(&at));
+        }
+    }
+    for v in &p.violations {
+        println!("    refused  {v}");
+    }
+    let mut budget = DIFF_LINES_TOTAL;
+    for path in p.modified.iter().chain(&p.added) {
+        let new = upper.join(path);
+        if budget == 0 || !new.is_file() || is_binary(&new) {
+            continue;
+        }
+        let old = c.workspace.join(path);
+        let old = if old.is_file() { old } else { PathBuf::from("/dev/null") };
+        let Ok(o) = std::process::Command::new("diff")
+            .args(["-u", "--label", &format!("a/{path}"), "--label", &format!("b/{path}")])
+            .arg(&old)
+            .arg(&new)
+            .output()
+        else {
+            println!("    (no `diff` program to show the changes of {path})");
+            continue;
+        };
+        let text = String::from_utf8_lossy(&o.stdout);
+        let lines: Vec<&str> = text.lines().collect();
+        let shown = lines.len().min(DIFF_LINES_PER_FILE).min(budget);
+        for l in &lines[..shown] {
+            println!("    | {l}");
+        }
+        if shown < lines.len() {
+            println!("    | ... {} more lines of diff not shown (cap: {DIFF_LINES_PER_FILE} per file, {DIFF_LINES_TOTAL} in all)", lines.len() - shown);
+        }
+        budget -= shown;
+    }
+    for name in ["stdout", "stderr"] {
+        let data = std::fs::read(p.dir.join(name)).unwrap_or_default();
+        if data.is_empty() {
+            continue;
+        }
+        let text = String::from_utf8_lossy(&data);
+        let lines: Vec<&str> = text.lines().collect();
+        println!(
+            "  its {name} (first {} of {} lines):",
+            lines.len().min(OUTPUT_LINES),
+            lines.len()
+        );
+        for l in lines.iter().take(OUTPUT_LINES) {
+            println!("    > {l}");
+        }
     }
 }

@@ -444,6 +444,11 @@ fn with_state(explicit: Option<PathBuf>, f: impl FnOnce(&Path) -> i32) -> i32 {
 
 /// Print tether-exec's lines, write the receipt, return the exit code.
 fn finish(done: crate::launch::Finished, receipt_path: Option<&Path>) -> i32 {
+    if let Some((out, err)) = &done.replay {
+        use std::io::Write;
+        let _ = std::io::stdout().write_all(out);
+        let _ = std::io::stderr().write_all(err);
+    }
     for line in &done.stderr {
         eprintln!("{line}");
     }

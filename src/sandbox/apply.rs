@@ -148,7 +148,20 @@ struct Prepared {
 
 /// Run the plan: returns when the command (and with it the whole sandbox) has ended.
 /// `stdin` replaces the inherited standard input when given (a held action's stored input).
-pub fn run(plan: &Plan, stdin: Option<&[u8]>) -> Result<Outcome, ApplyError> {
+/// `output` sends the command's stdout and stderr to these files instead of
+/// the launcher's own (a preview records them).
+pub fn run(
+    plan: &Plan,
+    stdin: Option<&[u8]>,
+    output: Option<(&std::fs::File, &std::fs::File)>,
+) -> Result<Outcome, ApplyError> {
+    let output = match output {
+        Some((o, e)) => Some((
+            o.try_clone().map_err(|x| setup("capture output", x))?.into(),
+            e.try_clone().map_err(|x| setup("capture output", x))?.into(),
+        )),
+        None => None,
+    };
     let prepared = Prepared {
         argv: plan.argv.iter().map(cstr).collect(),
         envp: plan.env.iter().map(|(k, v)| cstr(format!("{k}={v}"))).collect(),
@@ -216,7 +229,17 @@ pub fn run(plan: &Plan, stdin: Option<&[u8]>) -> Result<Outcome, ApplyError> {
     if pid == 0 {
         drop(sync_w);
         drop(err_r);
-        init(plan, &prepared, sync_r, err_w, stdin_fd, self_attach.as_deref());
+        init(
+            plan,
+            &prepared,
+            sync_r,
+            err_w,
+            ChildIo {
+                stdin: stdin_fd,
+                output,
+            },
+            self_attach.as_deref(),
+        );
     }
     let pid = pid as libc::pid_t;
     // SAFETY: CLONE_PIDFD made the kernel store a new descriptor in `pidfd`.
@@ -498,14 +521,13 @@ fn errno() -> std::io::Error {
 }
 
 /// pid 1 of the sandbox. Never returns.
-fn init(
-    plan: &Plan,
-    prep: &Prepared,
-    sync: OwnedFd,
-    err: OwnedFd,
-    stdin_fd: Option<OwnedFd>,
-    cgroup_tasks: Option<&Path>,
-) -> ! {
+/// The command's standard streams when they are not simply inherited.
+struct ChildIo {
+    stdin: Option<OwnedFd>,
+    output: Option<(OwnedFd, OwnedFd)>,
+}
+
+fn init(plan: &Plan, prep: &Prepared, sync: OwnedFd, err: OwnedFd, io: ChildIo, cgroup_tasks: Option<&Path>) -> ! {
     // Die with tether-exec; then the kernel kills the whole namespace.
     // SAFETY: prctl with integer arguments only.
     unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) };
@@ -547,9 +569,9 @@ fn init(
         fail(&err, "fork the command", errno(), 125);
     }
     if child == 0 {
-        command(plan, prep, &err, stdin_fd);
+        command(plan, prep, &err, io);
     }
-    drop(stdin_fd);
+    drop(io);
     drop(err);
     reap(child)
 }
@@ -880,7 +902,7 @@ fn loopback_up() -> std::io::Result<()> {
 }
 
 /// The command process: final confinement, then execve. Never returns.
-fn command(plan: &Plan, prep: &Prepared, err: &OwnedFd, stdin_fd: Option<OwnedFd>) -> ! {
+fn command(plan: &Plan, prep: &Prepared, err: &OwnedFd, io: ChildIo) -> ! {
     // Back to default signal handling and an empty mask (the parent blocked none
     // yet, but be explicit: the command must see signals normally).
     // SAFETY: setsid in a fresh child; sigprocmask with a zeroed set.
@@ -892,10 +914,16 @@ fn command(plan: &Plan, prep: &Prepared, err: &OwnedFd, stdin_fd: Option<OwnedFd
         libc::sigemptyset(&mut set);
         libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
     }
-    if let Some(fd) = stdin_fd {
+    if let Some(fd) = io.stdin {
         // SAFETY: dup2 of an fd we own onto 0.
         if unsafe { libc::dup2(fd.as_raw_fd(), 0) } < 0 {
             fail(err, "stdin", errno(), 125);
+        }
+    }
+    if let Some((out, errf)) = io.output {
+        // SAFETY: dup2 of fds we own onto 1 and 2.
+        if unsafe { libc::dup2(out.as_raw_fd(), 1) } < 0 || unsafe { libc::dup2(errf.as_raw_fd(), 2) } < 0 {
+            fail(err, "capture output", errno(), 125);
         }
     }
     for r in &plan.rlimits {

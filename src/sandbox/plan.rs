@@ -390,7 +390,9 @@ pub fn build(
         (Err(PlanError::GlobNeedsOverlay(_)), Some(_)) if writable => None,
         (Err(e), _) => return Err(e),
     };
-    let whole = trees.as_ref().is_none_or(|t| t.iter().any(|t| t.is_empty()));
+    // Under an overlay every write is captured and checked afterwards: no tree
+    // may be bound read-write from the host on top of it.
+    let whole = facts.overlay.is_some() || trees.as_ref().is_none_or(|t| t.iter().any(|t| t.is_empty()));
     if let (true, Some((upper, work))) = (writable, &facts.overlay) {
         for p in [workspace, upper.as_path(), work.as_path()] {
             if !crate::workspace::overlay::path_usable_for_overlay(p) {

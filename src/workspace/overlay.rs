@@ -137,15 +137,142 @@ impl Capture {
 
     /// Classify the capture and land it, or not, as the policy says.
     pub fn finish(self, globs: &PathGlobs, drop_violations: bool) -> Result<Outcome, WorkspaceError> {
-        let mut out = Outcome::default();
+        land(&self.dir, &self.workspace, globs, drop_violations, self.started)
+    }
+
+    /// Files where a preview run's stdout, stderr and exit code are kept.
+    pub fn output_files(&self) -> Result<(std::fs::File, std::fs::File), WorkspaceError> {
+        let open = |name: &str| {
+            let p = self.dir.join(name);
+            std::fs::File::create(&p).map_err(|e| err(&p, e))
+        };
+        Ok((open("stdout")?, open("stderr")?))
+    }
+
+    /// Keep this capture as the preview of a held action: classify it (nothing
+    /// lands), digest everything it holds, and move it to `previews/<digest>`.
+    pub fn keep_as_preview(self, state: &Path, globs: &PathGlobs, exit_code: i32) -> Result<Preview, WorkspaceError> {
+        let code_path = self.dir.join("exit");
+        std::fs::write(&code_path, exit_code.to_string()).map_err(|e| err(&code_path, e))?;
+        let mut outcome = Outcome::default();
         let mut ops = Vec::new();
-        let mut plan = Planner {
+        Planner {
             ws: &self.workspace,
             upper: self.upper(),
             globs,
+            out: &mut outcome,
+            ops: &mut ops,
+            started: SystemTime::now(),
+        }
+        .walk(Path::new(""))?;
+        let digest = preview_digest(&self.dir)?;
+        let dest = state.join("previews").join(&digest[7..39]);
+        std::fs::create_dir_all(dest.parent().expect("has a parent")).map_err(|e| err(&dest, e))?;
+        if dest.exists() {
+            remove_capture(&dest);
+        }
+        std::fs::rename(&self.dir, &dest).map_err(|e| err(&self.dir, e))?;
+        Ok(Preview {
+            dir: dest,
+            digest,
+            outcome,
+            exit_code,
+        })
+    }
+}
+
+/// A kept preview: where it is, what it holds, and its digest.
+#[derive(Debug)]
+pub struct Preview {
+    pub dir: PathBuf,
+    pub digest: String,
+    pub outcome: Outcome,
+    pub exit_code: i32,
+}
+
+/// SHA-256 over everything a preview holds: every entry of the upper layer
+/// (path, kind, mode, content or link target) and the recorded stdout, stderr
+/// and exit code. An approval binds it; a changed byte changes it.
+pub fn preview_digest(dir: &Path) -> Result<String, WorkspaceError> {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    let mut stack = vec![PathBuf::new()];
+    let upper = dir.join("upper");
+    let mut entries = Vec::new();
+    while let Some(rel) = stack.pop() {
+        let d = upper.join(&rel);
+        for e in std::fs::read_dir(&d).map_err(|e| err(&d, e))?.flatten() {
+            let r = rel.join(e.file_name());
+            let m = std::fs::symlink_metadata(upper.join(&r)).map_err(|e| err(&r, e))?;
+            if m.is_dir() {
+                stack.push(r.clone());
+            }
+            entries.push((r, m));
+        }
+    }
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    for (r, m) in entries {
+        let full = upper.join(&r);
+        let bytes = r.as_os_str().as_bytes();
+        h.update((bytes.len() as u64).to_le_bytes());
+        h.update(bytes);
+        h.update(m.mode().to_le_bytes());
+        h.update(m.rdev().to_le_bytes());
+        if m.file_type().is_symlink() {
+            h.update(
+                std::fs::read_link(&full)
+                    .map_err(|e| err(&full, e))?
+                    .as_os_str()
+                    .as_bytes(),
+            );
+        } else if m.is_file() {
+            let mut f = std::fs::File::open(&full).map_err(|e| err(&full, e))?;
+            std::io::copy(&mut f, &mut h).map_err(|e| err(&full, e))?;
+        }
+        h.update([0xff]);
+    }
+    for name in ["stdout", "stderr", "exit"] {
+        let p = dir.join(name);
+        let data = std::fs::read(&p).map_err(|e| err(&p, e))?;
+        h.update((data.len() as u64).to_le_bytes());
+        h.update(&data);
+    }
+    Ok(format!("sha256:{}", crate::policy::hex(&h.finalize())))
+}
+
+/// Land a kept preview exactly as captured (nothing runs), then remove it.
+pub fn land_preview(
+    dir: &Path,
+    workspace: &Path,
+    globs: &PathGlobs,
+    drop_violations: bool,
+) -> Result<Outcome, WorkspaceError> {
+    land(dir, workspace, globs, drop_violations, SystemTime::now())
+}
+
+/// Throw a preview away (a rejected action).
+pub fn discard_preview(dir: &Path) {
+    remove_capture(dir);
+}
+
+/// Classify a capture directory and land it, or not.
+fn land(
+    dir: &Path,
+    workspace: &Path,
+    globs: &PathGlobs,
+    drop_violations: bool,
+    started: SystemTime,
+) -> Result<Outcome, WorkspaceError> {
+    {
+        let mut out = Outcome::default();
+        let mut ops = Vec::new();
+        let mut plan = Planner {
+            ws: workspace,
+            upper: dir.join("upper"),
+            globs,
             out: &mut out,
             ops: &mut ops,
-            started: self.started,
+            started,
         };
         plan.walk(Path::new(""))?;
         let ops = if out.violations.is_empty() {
@@ -158,17 +285,17 @@ impl Capture {
         let ops: Vec<Op> = ops.into_iter().map(|(op, _)| op).collect();
         if !ops.is_empty() {
             let journal = Journal {
-                workspace: self.workspace.clone(),
+                workspace: workspace.to_path_buf(),
                 ops,
             };
-            write_journal(&self.dir, &journal)?;
+            write_journal(dir, &journal)?;
             crash_point("after-journal");
-            apply(&self.dir, &journal)?;
+            apply(dir, &journal)?;
             out.committed = true;
         } else {
             out.committed = out.violations.is_empty();
         }
-        cleanup(&self.dir, &self.workspace);
+        cleanup(dir, workspace);
         Ok(out)
     }
 }

@@ -1,0 +1,154 @@
+//! Approving effects, not just words: a held command runs once in an overlay,
+//! the human sees what it changed, and resume lands exactly that — without
+//! running it again. Judged from the host.
+
+mod common;
+use common::*;
+use std::process::{Command, Output, Stdio};
+
+const POLICY: &str = "require_approval_for = [\"sed\", \"head\"]\ndefault = \"allow\"\n";
+const SCRIPT: &str =
+    "sed -i s/two/CHANGED/ notes.txt && head -c 32 /dev/urandom > rnd.bin && echo run >> runs.log && echo done";
+
+fn tx(w: &World, args: &[&str]) -> Output {
+    Command::new(bin())
+        .arg("--state-dir")
+        .arg(&w.state)
+        .args(args)
+        .current_dir(&w.ws)
+        .env("TETHER_EXEC_APPROVER_KEY", w.outside.join("approver.key"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+fn hold(w: &World, policy: &str) -> (String, Output) {
+    w.write("notes.txt", "one\ntwo\n");
+    let p = w.policy(policy);
+    let o = tx(w, &["run", "--policy", p.to_str().unwrap(), "-c", SCRIPT]);
+    assert_eq!(o.status.code(), Some(75), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    let id = err
+        .split("tether-exec approve ")
+        .nth(1)
+        .unwrap()
+        .split('`')
+        .next()
+        .unwrap()
+        .to_string();
+    (id, o)
+}
+
+fn preview_dir(w: &World, id: &str) -> std::path::PathBuf {
+    let v: serde_json::Value = serde_json::from_slice(&tx(w, &["show", id, "--json"]).stdout).unwrap();
+    std::path::PathBuf::from(v["context"]["preview"]["dir"].as_str().expect("a preview"))
+}
+
+#[test]
+fn what_lands_is_byte_for_byte_what_was_previewed_and_it_ran_once() {
+    let w = World::new();
+    let (id, o) = hold(&w, POLICY);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("A preview of its effects exists"));
+    assert_eq!(
+        std::fs::read_to_string(w.ws.join("notes.txt")).unwrap(),
+        "one\ntwo\n",
+        "nothing landed at hold"
+    );
+    assert!(!exists(&w.ws.join("rnd.bin")));
+    let shown = stdout(&tx(&w, &["show", &id]));
+    assert!(
+        shown.contains("-two") && shown.contains("+CHANGED"),
+        "show has the diff:\n{shown}"
+    );
+    assert!(shown.contains("rnd.bin (32 bytes, binary)"), "{shown}");
+    let previewed = std::fs::read(preview_dir(&w, &id).join("upper/rnd.bin")).unwrap();
+    assert!(tx(&w, &["approve", &id]).status.success());
+    let o = tx(&w, &["resume", &id]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(stdout(&o), "done\n", "the recorded output is replayed");
+    assert_eq!(
+        std::fs::read(w.ws.join("rnd.bin")).unwrap(),
+        previewed,
+        "random bytes: it did not run again"
+    );
+    assert_eq!(
+        std::fs::read_to_string(w.ws.join("notes.txt")).unwrap(),
+        "one\nCHANGED\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(w.ws.join("runs.log")).unwrap(),
+        "run\n",
+        "one run overall"
+    );
+    assert!(!preview_dir_exists(&w), "the preview is gone once it landed");
+    let again = tx(&w, &["resume", &id]);
+    assert!(text(&again).contains("already ran"));
+    assert_eq!(std::fs::read_to_string(w.ws.join("runs.log")).unwrap(), "run\n");
+}
+
+fn preview_dir_exists(w: &World) -> bool {
+    std::fs::read_dir(w.state.join("previews"))
+        .map(|mut d| d.next().is_some())
+        .unwrap_or(false)
+}
+
+#[test]
+fn a_stale_preview_is_refused() {
+    let w = World::new();
+    let (id, _) = hold(&w, POLICY);
+    assert!(tx(&w, &["approve", &id]).status.success());
+    w.write("other.txt", "the workspace moved on");
+    let o = tx(&w, &["resume", &id]);
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    assert!(text(&o).contains("workspace"), "{}", text(&o));
+    assert!(!exists(&w.ws.join("rnd.bin")) && !exists(&w.ws.join("runs.log")));
+}
+
+#[test]
+fn a_tampered_preview_is_refused() {
+    let w = World::new();
+    let (id, _) = hold(&w, POLICY);
+    assert!(tx(&w, &["approve", &id]).status.success());
+    std::fs::write(preview_dir(&w, &id).join("upper/rnd.bin"), b"swapped after approval").unwrap();
+    let o = tx(&w, &["resume", &id]);
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    assert!(!exists(&w.ws.join("rnd.bin")));
+}
+
+#[test]
+fn a_rejected_preview_leaves_nothing() {
+    let w = World::new();
+    let (id, _) = hold(&w, POLICY);
+    assert!(tx(&w, &["reject", &id, "--reason", "no"]).status.success());
+    assert!(!preview_dir_exists(&w), "the capture is discarded");
+    let o = tx(&w, &["resume", &id]);
+    assert_eq!(o.status.code(), Some(77));
+    assert!(!exists(&w.ws.join("rnd.bin")) && !exists(&w.ws.join("runs.log")));
+    assert_eq!(std::fs::read_to_string(w.ws.join("notes.txt")).unwrap(), "one\ntwo\n");
+}
+
+#[test]
+fn show_says_why_there_is_no_preview() {
+    for (policy, why) in [
+        (format!("{POLICY}network = true\n"), "network"),
+        (
+            "require_approval_for = [{ prefix = \"sed\", preview = false }, \"head\"]\ndefault = \"allow\"\n"
+                .to_string(),
+            "preview = false",
+        ),
+    ] {
+        let w = World::new();
+        let (id, o) = hold(&w, &policy);
+        assert!(
+            !String::from_utf8_lossy(&o.stderr).contains("A preview"),
+            "{}",
+            text(&o)
+        );
+        let shown = stdout(&tx(&w, &["show", &id]));
+        assert!(shown.contains("preview:     none") && shown.contains(why), "{shown}");
+        // Without a preview, resume runs the command, once.
+        assert!(tx(&w, &["approve", &id]).status.success());
+        assert!(tx(&w, &["resume", &id]).status.success());
+        assert_eq!(std::fs::read_to_string(w.ws.join("runs.log")).unwrap(), "run\n");
+    }
+}
