@@ -425,42 +425,13 @@ fn execute(
     // The overlay: check every captured write, then land it or not.
     let mut code = code;
     if let Some(c) = capture {
-        match c.finish(
-            &policy.path_globs(),
-            policy.on_violation() == crate::policy::OnViolation::Drop,
-        ) {
+        let drop = policy.on_violation() == crate::policy::OnViolation::Drop;
+        match c.finish(&policy.path_globs(), drop) {
             Ok(o) => {
-                receipt.changes = Some(crate::receipt::Changes {
-                    added: o.added,
-                    modified: o.modified,
-                    deleted: o.deleted,
-                });
-                if !o.violations.is_empty() {
-                    receipt.rolled_back = o.violations.clone();
-                    if o.committed {
-                        stderr.push(format!(
-                            "Sandbox violation: these writes were discarded, the allowed ones landed: {}",
-                            o.violations.join("; ")
-                        ));
-                    } else {
-                        stderr.push(format!(
-                            "Sandbox violation: the run's writes were rolled back, nothing landed: {}",
-                            o.violations.join("; ")
-                        ));
-                        code = exit::REFUSED;
-                    }
+                code = record_outcome(o, &mut receipt, &mut stderr, code);
+                if !receipt.rolled_back.is_empty() {
                     rec.kind = EntryKind::Rollback;
-                    rec.detail = Some(o.violations.join("; "));
-                }
-                if !o.conflicts.is_empty() {
-                    stderr.push(format!(
-                        "tether-exec: changed in the workspace meanwhile, so your version stays and the run's change was not applied: {}",
-                        o.conflicts.join(", ")
-                    ));
-                    receipt
-                        .rolled_back
-                        .extend(o.conflicts.iter().map(|c| format!("conflict `{c}`")));
-                    code = exit::REFUSED;
+                    rec.detail = Some(receipt.rolled_back.join("; "));
                 }
             }
             Err(e) => {
@@ -931,37 +902,16 @@ fn land_preview(
     let out = std::fs::read(pr.dir.join("stdout")).unwrap_or_default();
     let err = std::fs::read(pr.dir.join("stderr")).unwrap_or_default();
     let mut stderr = Vec::new();
-    let mut code = pr.exit_code;
-    match crate::workspace::overlay::land_preview(
-        &pr.dir,
-        ws,
-        &policy.path_globs(),
-        policy.on_violation() == crate::policy::OnViolation::Drop,
-    ) {
-        Ok(o) => {
-            receipt.changes = Some(crate::receipt::Changes {
-                added: o.added,
-                modified: o.modified,
-                deleted: o.deleted,
-            });
-            if !o.violations.is_empty() {
-                receipt.rolled_back = o.violations.clone();
-                if !o.committed {
-                    stderr.push(format!(
-                        "Sandbox violation: the previewed writes were rolled back, nothing landed: {}",
-                        o.violations.join("; ")
-                    ));
-                    code = exit::REFUSED;
-                }
-            }
-        }
+    let drop = policy.on_violation() == crate::policy::OnViolation::Drop;
+    let code = match crate::workspace::overlay::land_preview(&pr.dir, ws, &policy.path_globs(), drop) {
+        Ok(o) => record_outcome(o, &mut receipt, &mut stderr, pr.exit_code),
         Err(e) => {
             stderr.push(format!(
                 "tether-exec: could not land the preview: {e}; the next run finishes or discards the commit"
             ));
-            code = exit::INTERNAL;
+            exit::INTERNAL
         }
-    }
+    };
     if let Err(e) = crate::workspace::bump_generation(state, ws) {
         receipt.error = Some(e.to_string());
     }
@@ -981,4 +931,46 @@ fn land_preview(
         stderr,
         replay: Some((out, err)),
     }
+}
+
+/// Fold a commit's outcome into the receipt and tether-exec's messages; returns
+/// the exit code (77 when writes were rolled back or a conflict kept the human's version).
+fn record_outcome(
+    o: crate::workspace::overlay::Outcome,
+    receipt: &mut Receipt,
+    stderr: &mut Vec<String>,
+    code: i32,
+) -> i32 {
+    let mut code = code;
+    receipt.changes = Some(crate::receipt::Changes {
+        added: o.added,
+        modified: o.modified,
+        deleted: o.deleted,
+    });
+    if !o.violations.is_empty() {
+        receipt.rolled_back = o.violations.clone();
+        if o.committed {
+            stderr.push(format!(
+                "Sandbox violation: these writes were discarded, the allowed ones landed: {}",
+                o.violations.join("; ")
+            ));
+        } else {
+            stderr.push(format!(
+                "Sandbox violation: the run's writes were rolled back, nothing landed: {}",
+                o.violations.join("; ")
+            ));
+            code = exit::REFUSED;
+        }
+    }
+    if !o.conflicts.is_empty() {
+        stderr.push(format!(
+            "tether-exec: changed in the workspace meanwhile, so your version stays and the run's change was not applied: {}",
+            o.conflicts.join(", ")
+        ));
+        receipt
+            .rolled_back
+            .extend(o.conflicts.iter().map(|c| format!("conflict `{c}`")));
+        code = exit::REFUSED;
+    }
+    code
 }

@@ -6,36 +6,21 @@
 mod common;
 use common::*;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 
 const POLICY: &str = "require_approval_for = [\"rm\", \"tee\"]\nbash_allow_prefixes = [\"ls\", \"touch\", \"echo\", \"cat\"]\ndefault = \"ask\"\n";
 
-fn tx(w: &World, args: &[&str]) -> Output {
-    Command::new(bin())
-        .arg("--state-dir")
-        .arg(&w.state)
-        .args(args)
-        .current_dir(&w.ws)
-        .env("TETHER_EXEC_APPROVER_KEY", w.outside.join("approver.key"))
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
-}
-
 /// Hold `script` under POLICY; returns the action id.
 fn hold(w: &World, policy: &Path, script: &str) -> String {
-    let o = tx(
-        w,
-        &[
-            "run",
-            "--policy",
-            policy.to_str().unwrap(),
-            "--session",
-            "ses_test",
-            "-c",
-            script,
-        ],
-    );
+    let o = w.tx(&[
+        "run",
+        "--policy",
+        policy.to_str().unwrap(),
+        "--session",
+        "ses_test",
+        "-c",
+        script,
+    ]);
     assert_eq!(o.status.code(), Some(75), "{}", text(&o));
     let err = String::from_utf8_lossy(&o.stderr).into_owned();
     assert!(
@@ -58,16 +43,16 @@ fn held_action_runs_once_after_approval() {
     w.write("build/out.o", "x");
     let id = hold(&w, &p, "rm -rf build && echo ran >> runs.log");
     assert!(exists(&w.ws.join("build/out.o")), "held actions do not run");
-    let pending = tx(&w, &["pending", "--json"]);
+    let pending = w.tx(&["pending", "--json"]);
     assert!(stdout(&pending).contains(&id));
-    assert_eq!(tx(&w, &["resume", &id]).status.code(), Some(75), "not approved yet");
-    let o = tx(&w, &["approve", &id]);
+    assert_eq!(w.tx(&["resume", &id]).status.code(), Some(75), "not approved yet");
+    let o = w.tx(&["approve", &id]);
     assert!(o.status.success(), "{}", text(&o));
-    let o = tx(&w, &["resume", &id]);
+    let o = w.tx(&["resume", &id]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert!(!exists(&w.ws.join("build")), "the approved command ran");
     // A second resume returns the recorded result without running again.
-    let o = tx(&w, &["resume", &id]);
+    let o = w.tx(&["resume", &id]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert!(text(&o).contains("already ran"));
     assert_eq!(
@@ -75,7 +60,7 @@ fn held_action_runs_once_after_approval() {
         "ran\n",
         "ran exactly once"
     );
-    assert!(!stdout(&tx(&w, &["pending"])).contains(&id));
+    assert!(!stdout(&w.tx(&["pending"])).contains(&id));
 }
 
 #[test]
@@ -84,8 +69,8 @@ fn rejection_is_reported_as_the_agents_observation() {
     let p = w.policy(POLICY);
     w.write("build/x", "x");
     let id = hold(&w, &p, "rm -rf build");
-    assert!(tx(&w, &["reject", &id, "--reason", "use make clean"]).status.success());
-    let o = tx(&w, &["resume", &id]);
+    assert!(w.tx(&["reject", &id, "--reason", "use make clean"]).status.success());
+    let o = w.tx(&["resume", &id]);
     assert_eq!(o.status.code(), Some(77));
     assert_eq!(
         String::from_utf8_lossy(&o.stderr).trim(),
@@ -120,8 +105,8 @@ fn held_stdin_is_what_runs() {
         .next()
         .unwrap()
         .to_string();
-    assert!(tx(&w, &["approve", &id]).status.success());
-    let o = tx(&w, &["resume", &id]);
+    assert!(w.tx(&["approve", &id]).status.success());
+    let o = w.tx(&["resume", &id]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert_eq!(std::fs::read_to_string(w.ws.join("got.txt")).unwrap(), "held input");
 }
@@ -132,9 +117,9 @@ fn a_changed_workspace_invalidates_the_approval() {
     let p = w.policy(POLICY);
     w.write("build/x", "x");
     let id = hold(&w, &p, "rm -rf build");
-    assert!(tx(&w, &["approve", &id]).status.success());
+    assert!(w.tx(&["approve", &id]).status.success());
     w.write("new-file.txt", "changed after approval");
-    let o = tx(&w, &["resume", &id]);
+    let o = w.tx(&["resume", &id]);
     assert_eq!(o.status.code(), Some(77), "{}", text(&o));
     assert!(
         text(&o).contains("workspace"),
@@ -150,9 +135,9 @@ fn a_changed_policy_invalidates_the_approval() {
     let p = w.policy(POLICY);
     w.write("build/x", "x");
     let id = hold(&w, &p, "rm -rf build");
-    assert!(tx(&w, &["approve", &id]).status.success());
+    assert!(w.tx(&["approve", &id]).status.success());
     std::fs::write(&p, format!("{POLICY}network = true\n")).unwrap();
-    let o = tx(&w, &["resume", &id]);
+    let o = w.tx(&["resume", &id]);
     assert_eq!(o.status.code(), Some(77), "{}", text(&o));
     assert!(text(&o).contains("policy"), "{}", text(&o));
     assert!(exists(&w.ws.join("build/x")));
@@ -164,7 +149,7 @@ fn an_edited_command_in_the_store_is_refused() {
     let p = w.policy(POLICY);
     w.write("build/x", "x");
     let id = hold(&w, &p, "rm -rf build");
-    assert!(tx(&w, &["approve", &id]).status.success());
+    assert!(w.tx(&["approve", &id]).status.success());
     // The attacker with write access to the database swaps the command.
     let db = rusqlite::Connection::open(w.state.join("approvals.sqlite")).unwrap();
     let intent: String = db
@@ -175,7 +160,7 @@ fn an_edited_command_in_the_store_is_refused() {
     db.execute("UPDATE actions SET intent_json = ?1 WHERE id = ?2", [&edited, &id])
         .unwrap();
     drop(db);
-    let o = tx(&w, &["resume", &id]);
+    let o = w.tx(&["resume", &id]);
     assert_ne!(o.status.code(), Some(0), "{}", text(&o));
     assert!(
         !exists(&w.ws.join("pwned")) && exists(&w.ws.join("build/x")),
@@ -190,14 +175,14 @@ fn an_expired_approval_leaves_the_action_frozen() {
     let p = w.policy(&format!("{POLICY}approval_ttl_seconds = 1\n"));
     w.write("build/x", "x");
     let id = hold(&w, &p, "rm -rf build");
-    assert!(tx(&w, &["approve", &id]).status.success());
+    assert!(w.tx(&["approve", &id]).status.success());
     std::thread::sleep(std::time::Duration::from_millis(1100));
-    let o = tx(&w, &["resume", &id]);
+    let o = w.tx(&["resume", &id]);
     assert_eq!(o.status.code(), Some(77), "{}", text(&o));
     assert!(exists(&w.ws.join("build/x")));
     // A fresh approval for the same intent replaces the expired one.
-    assert!(tx(&w, &["approve", &id]).status.success());
-    let o = tx(&w, &["resume", &id]);
+    assert!(w.tx(&["approve", &id]).status.success());
+    let o = w.tx(&["resume", &id]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert!(!exists(&w.ws.join("build")));
 }
@@ -208,7 +193,7 @@ fn concurrent_resumes_run_the_action_once() {
     let p = w.policy(POLICY);
     let counter = w.ws.join("runs.log");
     let id = hold(&w, &p, "tee -a runs.log < /dev/null; echo run >> runs.log");
-    assert!(tx(&w, &["approve", &id]).status.success());
+    assert!(w.tx(&["approve", &id]).status.success());
     let children: Vec<_> = (0..20)
         .map(|_| {
             Command::new(bin())
@@ -243,7 +228,7 @@ fn nothing_inside_the_sandbox_can_approve() {
         w.state.display()
     );
     let o = w.run(&attempt);
-    let st = tx(&w, &["show", &id, "--json"]);
+    let st = w.tx(&["show", &id, "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap();
     assert_eq!(
         v["action"]["approvals"].as_array().unwrap().len(),
@@ -268,34 +253,28 @@ fn receipts_carry_the_pending_id_and_the_isolation() {
     let w = World::new();
     let p = w.policy(POLICY);
     let r = w.outside.join("r.json");
-    let o = tx(
-        &w,
-        &[
-            "run",
-            "--policy",
-            p.to_str().unwrap(),
-            "--receipt",
-            r.to_str().unwrap(),
-            "-c",
-            "rm x",
-        ],
-    );
+    let o = w.tx(&[
+        "run",
+        "--policy",
+        p.to_str().unwrap(),
+        "--receipt",
+        r.to_str().unwrap(),
+        "-c",
+        "rm x",
+    ]);
     assert_eq!(o.status.code(), Some(75));
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&r).unwrap()).unwrap();
     assert!(v["pending_id"].as_str().unwrap().starts_with("apr_"));
     assert_eq!(v["decision"], "ask");
-    let o = tx(
-        &w,
-        &[
-            "run",
-            "--policy",
-            p.to_str().unwrap(),
-            "--receipt",
-            r.to_str().unwrap(),
-            "-c",
-            "ls",
-        ],
-    );
+    let o = w.tx(&[
+        "run",
+        "--policy",
+        p.to_str().unwrap(),
+        "--receipt",
+        r.to_str().unwrap(),
+        "-c",
+        "ls",
+    ]);
     assert!(o.status.success());
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&r).unwrap()).unwrap();
     assert_eq!(v["v"], 1);

@@ -4,18 +4,7 @@
 
 mod common;
 use common::*;
-use std::process::{Command, Output, Stdio};
-
-fn tx(w: &World, args: &[&str]) -> Output {
-    Command::new(bin())
-        .arg("--state-dir")
-        .arg(&w.state)
-        .args(args)
-        .current_dir(&w.ws)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
-}
+use std::process::{Command, Stdio};
 
 fn populate(w: &World, n: usize) {
     for i in 0..n {
@@ -36,7 +25,7 @@ fn write_lines(w: &World, lines: &[String]) {
 }
 
 fn verify(w: &World) -> (i32, String) {
-    let o = tx(w, &["audit", "verify"]);
+    let o = w.tx(&["audit", "verify"]);
     (o.status.code().unwrap(), stdout(&o))
 }
 
@@ -44,12 +33,12 @@ fn verify(w: &World) -> (i32, String) {
 fn every_run_is_recorded_and_the_chain_verifies() {
     let w = World::new();
     populate(&w, 3);
-    tx(&w, &["run", "-c", "true"]);
+    w.tx(&["run", "-c", "true"]);
     let (code, out) = verify(&w);
     assert_eq!(code, 0, "{out}");
     // decision + run_end per run
     assert_eq!(log_lines(&w).len(), 8, "{out}");
-    let show = stdout(&tx(&w, &["audit", "show", "--json"]));
+    let show = stdout(&w.tx(&["audit", "show", "--json"]));
     assert_eq!(show.lines().count(), 8);
     assert!(show.contains("\"kind\":\"decision\"") && show.contains("\"kind\":\"run_end\""));
 }
@@ -106,14 +95,11 @@ fn deleting_swapping_truncating_and_forging_are_detected() {
 #[test]
 fn secrets_in_command_text_are_redacted() {
     let w = World::new();
-    tx(
-        &w,
-        &[
-            "run",
-            "-c",
-            "echo --password=hunter2 AWS_SECRET_ACCESS_KEY=abc123xyz 'Authorization: Bearer tok_live_9f8e7d'",
-        ],
-    );
+    w.tx(&[
+        "run",
+        "-c",
+        "echo --password=hunter2 AWS_SECRET_ACCESS_KEY=abc123xyz 'Authorization: Bearer tok_live_9f8e7d'",
+    ]);
     let log = std::fs::read_to_string(w.state.join("audit/log.jsonl")).unwrap();
     for secret in ["hunter2", "abc123xyz", "tok_live_9f8e7d"] {
         assert!(!log.contains(secret), "{secret} reached the audit log: {log}");
@@ -126,7 +112,7 @@ fn an_unwritable_audit_log_means_nothing_runs() {
     let w = World::new();
     // The audit directory is a regular file: nothing can be written there, root or not.
     std::fs::write(w.state.join("audit"), "not a directory").unwrap();
-    let o = tx(&w, &["run", "-c", "touch ran.txt"]);
+    let o = w.tx(&["run", "-c", "touch ran.txt"]);
     assert_eq!(o.status.code(), Some(125), "{}", text(&o));
     assert!(text(&o).contains("audit"), "{}", text(&o));
     assert!(
@@ -135,7 +121,7 @@ fn an_unwritable_audit_log_means_nothing_runs() {
     );
     // Control: with a working log the same command runs.
     std::fs::remove_file(w.state.join("audit")).unwrap();
-    assert!(tx(&w, &["run", "-c", "touch ran.txt"]).status.success());
+    assert!(w.tx(&["run", "-c", "touch ran.txt"]).status.success());
     assert!(exists(&w.ws.join("ran.txt")));
 }
 

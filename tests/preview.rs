@@ -4,28 +4,16 @@
 
 mod common;
 use common::*;
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
 const POLICY: &str = "require_approval_for = [\"sed\", \"head\"]\ndefault = \"allow\"\n";
 const SCRIPT: &str =
     "sed -i s/two/CHANGED/ notes.txt && head -c 32 /dev/urandom > rnd.bin && echo run >> runs.log && echo done";
 
-fn tx(w: &World, args: &[&str]) -> Output {
-    Command::new(bin())
-        .arg("--state-dir")
-        .arg(&w.state)
-        .args(args)
-        .current_dir(&w.ws)
-        .env("TETHER_EXEC_APPROVER_KEY", w.outside.join("approver.key"))
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
-}
-
 fn hold(w: &World, policy: &str) -> (String, Output) {
     w.write("notes.txt", "one\ntwo\n");
     let p = w.policy(policy);
-    let o = tx(w, &["run", "--policy", p.to_str().unwrap(), "-c", SCRIPT]);
+    let o = w.tx(&["run", "--policy", p.to_str().unwrap(), "-c", SCRIPT]);
     assert_eq!(o.status.code(), Some(75), "{}", text(&o));
     let err = String::from_utf8_lossy(&o.stderr).into_owned();
     let id = err
@@ -40,7 +28,7 @@ fn hold(w: &World, policy: &str) -> (String, Output) {
 }
 
 fn preview_dir(w: &World, id: &str) -> std::path::PathBuf {
-    let v: serde_json::Value = serde_json::from_slice(&tx(w, &["show", id, "--json"]).stdout).unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&w.tx(&["show", id, "--json"]).stdout).unwrap();
     std::path::PathBuf::from(v["context"]["preview"]["dir"].as_str().expect("a preview"))
 }
 
@@ -55,15 +43,15 @@ fn what_lands_is_byte_for_byte_what_was_previewed_and_it_ran_once() {
         "nothing landed at hold"
     );
     assert!(!exists(&w.ws.join("rnd.bin")));
-    let shown = stdout(&tx(&w, &["show", &id]));
+    let shown = stdout(&w.tx(&["show", &id]));
     assert!(
         shown.contains("-two") && shown.contains("+CHANGED"),
         "show has the diff:\n{shown}"
     );
     assert!(shown.contains("rnd.bin (32 bytes, binary)"), "{shown}");
     let previewed = std::fs::read(preview_dir(&w, &id).join("upper/rnd.bin")).unwrap();
-    assert!(tx(&w, &["approve", &id]).status.success());
-    let o = tx(&w, &["resume", &id]);
+    assert!(w.tx(&["approve", &id]).status.success());
+    let o = w.tx(&["resume", &id]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert_eq!(stdout(&o), "done\n", "the recorded output is replayed");
     assert_eq!(
@@ -81,7 +69,7 @@ fn what_lands_is_byte_for_byte_what_was_previewed_and_it_ran_once() {
         "one run overall"
     );
     assert!(!preview_dir_exists(&w), "the preview is gone once it landed");
-    let again = tx(&w, &["resume", &id]);
+    let again = w.tx(&["resume", &id]);
     assert!(text(&again).contains("already ran"));
     assert_eq!(std::fs::read_to_string(w.ws.join("runs.log")).unwrap(), "run\n");
 }
@@ -96,9 +84,9 @@ fn preview_dir_exists(w: &World) -> bool {
 fn a_stale_preview_is_refused() {
     let w = World::new();
     let (id, _) = hold(&w, POLICY);
-    assert!(tx(&w, &["approve", &id]).status.success());
+    assert!(w.tx(&["approve", &id]).status.success());
     w.write("other.txt", "the workspace moved on");
-    let o = tx(&w, &["resume", &id]);
+    let o = w.tx(&["resume", &id]);
     assert_eq!(o.status.code(), Some(77), "{}", text(&o));
     assert!(text(&o).contains("workspace"), "{}", text(&o));
     assert!(!exists(&w.ws.join("rnd.bin")) && !exists(&w.ws.join("runs.log")));
@@ -108,9 +96,9 @@ fn a_stale_preview_is_refused() {
 fn a_tampered_preview_is_refused() {
     let w = World::new();
     let (id, _) = hold(&w, POLICY);
-    assert!(tx(&w, &["approve", &id]).status.success());
+    assert!(w.tx(&["approve", &id]).status.success());
     std::fs::write(preview_dir(&w, &id).join("upper/rnd.bin"), b"swapped after approval").unwrap();
-    let o = tx(&w, &["resume", &id]);
+    let o = w.tx(&["resume", &id]);
     assert_eq!(o.status.code(), Some(77), "{}", text(&o));
     assert!(!exists(&w.ws.join("rnd.bin")));
 }
@@ -119,9 +107,9 @@ fn a_tampered_preview_is_refused() {
 fn a_rejected_preview_leaves_nothing() {
     let w = World::new();
     let (id, _) = hold(&w, POLICY);
-    assert!(tx(&w, &["reject", &id, "--reason", "no"]).status.success());
+    assert!(w.tx(&["reject", &id, "--reason", "no"]).status.success());
     assert!(!preview_dir_exists(&w), "the capture is discarded");
-    let o = tx(&w, &["resume", &id]);
+    let o = w.tx(&["resume", &id]);
     assert_eq!(o.status.code(), Some(77));
     assert!(!exists(&w.ws.join("rnd.bin")) && !exists(&w.ws.join("runs.log")));
     assert_eq!(std::fs::read_to_string(w.ws.join("notes.txt")).unwrap(), "one\ntwo\n");
@@ -144,11 +132,11 @@ fn show_says_why_there_is_no_preview() {
             "{}",
             text(&o)
         );
-        let shown = stdout(&tx(&w, &["show", &id]));
+        let shown = stdout(&w.tx(&["show", &id]));
         assert!(shown.contains("preview:     none") && shown.contains(why), "{shown}");
         // Without a preview, resume runs the command, once.
-        assert!(tx(&w, &["approve", &id]).status.success());
-        assert!(tx(&w, &["resume", &id]).status.success());
+        assert!(w.tx(&["approve", &id]).status.success());
+        assert!(w.tx(&["resume", &id]).status.success());
         assert_eq!(std::fs::read_to_string(w.ws.join("runs.log")).unwrap(), "run\n");
     }
 }

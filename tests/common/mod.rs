@@ -77,6 +77,19 @@ impl World {
         self.run_with(&["--policy", p.to_str().unwrap()], script)
     }
 
+    /// `tether-exec ARGS` in the workspace, with this world's state directory and approver key.
+    pub fn tx(&self, args: &[&str]) -> Output {
+        Command::new(bin())
+            .arg("--state-dir")
+            .arg(&self.state)
+            .args(args)
+            .current_dir(&self.ws)
+            .env("TETHER_EXEC_APPROVER_KEY", self.outside.join("approver.key"))
+            .stdin(Stdio::null())
+            .output()
+            .expect("run tether-exec")
+    }
+
     /// The same script without the sandbox: the control.
     pub fn control(&self, script: &str) -> Output {
         Command::new("bash")
