@@ -11,7 +11,11 @@
 use crate::approval::{
     self, ApprovalError, ApprovalStore, Bindings, Current, HoldRequest, Intent, RecordedResult, Resume,
 };
-use crate::audit::{AuditEntry, AuditLog, EntryKind};
+#[cfg(feature = "bench-unaudited")]
+use crate::audit::unaudited::AuditLog;
+#[cfg(not(feature = "bench-unaudited"))]
+use crate::audit::AuditLog;
+use crate::audit::{AuditEntry, EntryKind};
 use crate::exit;
 use crate::gate::{self, Context, Decision, Input};
 use crate::policy::{Format, Layer, Policy, Profile, Verdict};
@@ -85,7 +89,13 @@ fn no_preview_reason(policy: &Policy, d: &Decision) -> Option<String> {
 }
 
 /// Run the held command once, confined, in an overlay; keep what it did.
-fn make_preview(req: &Request, policy: &Policy, stdin: &[u8]) -> Result<PreviewRecord, String> {
+/// `before_exec` runs while the preview's sandbox builds itself.
+fn make_preview(
+    req: &Request,
+    policy: &Policy,
+    stdin: &[u8],
+    before_exec: &mut dyn FnMut() -> Result<(), String>,
+) -> Result<PreviewRecord, String> {
     let capture = Capture::create(&req.state_dir, &req.workspace)
         .map_err(|e| format!("tether-exec: cannot prepare the preview: {e}"))?;
     let plan = plan_for(
@@ -97,7 +107,7 @@ fn make_preview(req: &Request, policy: &Policy, stdin: &[u8]) -> Result<PreviewR
         Some(&capture),
     )?;
     let (out, err) = capture.output_files().map_err(|e| format!("tether-exec: {e}"))?;
-    let code = match apply::run(&plan, Some(stdin), Some((&out, &err))) {
+    let code = match apply::run(&plan, Some(stdin), Some((&out, &err)), before_exec) {
         Ok(o) => match o.ended {
             apply::Ended::Exited(c) | apply::Ended::ExecFailed { code: c } => c,
             apply::Ended::TimedOut => exit::TIMEOUT,
@@ -223,10 +233,6 @@ pub fn run(req: &Request, stdin_is_tty: bool) -> Finished {
     receipt.rules = d.commands.clone();
     receipt.session = req.session.clone();
 
-    let mut log = match open_audit(&req.state_dir) {
-        Ok(l) => l,
-        Err(e) => return Finished::new(exit::INTERNAL, receipt, e),
-    };
     let mut rec = AuditEntry::new(EntryKind::Decision);
     rec.session = req.session.clone();
     rec.actor = Some("harness".into());
@@ -234,26 +240,38 @@ pub fn run(req: &Request, stdin_is_tty: bool) -> Finished {
     rec.command = Some(req.command_text());
     rec.decision = Some(d.decision.to_string());
     rec.rules = Some(rules_of(&d));
-    match append(&mut log, rec) {
-        Ok(seq) => receipt.audit_seq = Some(seq),
-        Err(e) => return Finished::new(exit::INTERNAL, receipt, e),
-    }
-    if let Some(s) = &req.session {
-        if d.decision != Verdict::Ask {
-            // Every proposal of a session counts toward approvals' proposal expiry.
-            if let Err(e) = ApprovalStore::open(&req.state_dir).and_then(|st| st.record_proposal(s)) {
-                return Finished::new(
-                    exit::INTERNAL,
-                    receipt,
-                    format!("tether-exec: cannot count the proposal: {e}"),
-                );
+    let verdict = d.decision;
+    // The decision goes on record before anything runs. For a command that
+    // runs, that happens while its sandbox is being built (see `Audit`).
+    let on_record = move || -> Result<(AuditLog, u64), String> {
+        let mut log = open_audit(&req.state_dir)?;
+        let seq = append(&mut log, rec)?;
+        if let Some(s) = &req.session {
+            if verdict != Verdict::Ask {
+                // Every proposal of a session counts toward approvals' proposal expiry.
+                ApprovalStore::open(&req.state_dir)
+                    .and_then(|st| st.record_proposal(s))
+                    .map_err(|e| format!("tether-exec: cannot count the proposal, so nothing runs: {e}"))?;
             }
         }
-    }
+        Ok((log, seq))
+    };
 
     match d.decision {
-        Verdict::Deny => Finished::new(exit::REFUSED, receipt, format!("Sandbox violation: {}", d.summary())),
-        Verdict::Ask => hold(req, &policy, &d, receipt, &mut log, stdin_is_tty),
+        Verdict::Deny | Verdict::Ask => {
+            let mut log = match on_record() {
+                Ok((log, seq)) => {
+                    receipt.audit_seq = Some(seq);
+                    log
+                }
+                Err(e) => return Finished::new(exit::INTERNAL, receipt, e),
+            };
+            if d.decision == Verdict::Deny {
+                Finished::new(exit::REFUSED, receipt, format!("Sandbox violation: {}", d.summary()))
+            } else {
+                hold(req, &policy, &d, receipt, &mut log, stdin_is_tty)
+            }
+        }
         Verdict::Allow => {
             let recovered = recover(&req.state_dir);
             let capture = match needs_overlay(&policy)
@@ -285,7 +303,7 @@ pub fn run(req: &Request, stdin_is_tty: bool) -> Finished {
                 &policy,
                 None,
                 receipt,
-                &mut log,
+                Audit::Deferred(Box::new(on_record)),
                 req.session.clone(),
                 None,
                 &req.state_dir,
@@ -338,6 +356,17 @@ fn recover(state: &Path) -> Vec<String> {
         .collect()
 }
 
+/// The audit log a run records its end in.
+enum Audit<'a> {
+    /// Open, and everything before the start is on record (resume).
+    Open(&'a mut AuditLog),
+    /// Opens the log and records the decision (returning its seq). It runs
+    /// while the sandbox builds itself, which takes the log's open and the
+    /// record off the critical path; the command starts only after it
+    /// succeeded, so nothing runs unrecorded.
+    Deferred(Box<dyn FnOnce() -> Result<(AuditLog, u64), String> + 'a>),
+}
+
 /// Run a plan, record the outcome, fill the receipt.
 #[allow(clippy::too_many_arguments)]
 fn execute(
@@ -345,7 +374,7 @@ fn execute(
     policy: &Policy,
     stdin: Option<&[u8]>,
     mut receipt: Receipt,
-    log: &mut AuditLog,
+    audit: Audit<'_>,
     session: Option<String>,
     approval_id: Option<String>,
     state: &Path,
@@ -354,7 +383,45 @@ fn execute(
     let isolation = Isolation::of(plan);
     let writable = policy.profile() == Profile::WorkspaceWrite;
     let protected_before = writable.then(|| crate::workspace::snapshot_protected(&plan.workspace));
-    let outcome = apply::run(plan, stdin, None);
+    let (mut borrowed, mut deferred) = match audit {
+        Audit::Open(log) => (Some(log), None),
+        Audit::Deferred(f) => (None, Some(f)),
+    };
+    let mut opened: Option<AuditLog> = None;
+    let mut decision_seq = None;
+    let mut before_exec = || -> Result<(), String> {
+        if let Some(record) = deferred.take() {
+            let (log, seq) = record()?;
+            opened = Some(log);
+            decision_seq = Some(seq);
+        }
+        Ok(())
+    };
+    let mut outcome = apply::run(plan, stdin, None, &mut before_exec);
+    // A setup that failed before the launcher's turn: the decision still goes
+    // on record, then the failure.
+    if let Err(e) = before_exec() {
+        outcome = Err(apply::ApplyError::NotStarted(e));
+    }
+    if decision_seq.is_some() {
+        receipt.audit_seq = decision_seq;
+    }
+    let log: &mut AuditLog = match (borrowed.take(), opened.as_mut()) {
+        (Some(l), _) => l,
+        (None, Some(l)) => l,
+        (None, None) => {
+            // The decision could not be recorded, so the command never started.
+            let why = match outcome {
+                Err(apply::ApplyError::NotStarted(why)) => why,
+                Err(e) => format!("tether-exec: {e}; nothing ran"),
+                Ok(_) => "tether-exec: internal error: the run ended without an audit record".into(),
+            };
+            if let Some(c) = capture {
+                c.discard();
+            }
+            return Finished::new(exit::INTERNAL, receipt, why);
+        }
+    };
     // Protected paths that did not exist yet cannot be mounted read-only; a
     // run that created one (or swapped `.git` by renaming it) does not keep it.
     let mut violations = Vec::new();
@@ -528,17 +595,39 @@ fn hold(
         Err(e) => return Finished::new(exit::INTERNAL, receipt, e),
     };
 
-    let mut b = match bindings(policy, &req.workspace, &req.state_dir) {
-        Ok(b) => b,
-        Err(e) => return Finished::new(exit::INTERNAL, receipt, e),
+    // What the hold binds, and the store: made while the preview's sandbox
+    // builds itself (the preview runs on an overlay, so the workspace it
+    // fingerprints is the one the preview starts from).
+    let mut bound: Option<Bindings> = None;
+    let mut opened: Option<ApprovalStore> = None;
+    let mut prepare = || -> Result<(), String> {
+        if bound.is_none() {
+            bound = Some(bindings(policy, &req.workspace, &req.state_dir)?);
+        }
+        if opened.is_none() {
+            opened = Some(
+                ApprovalStore::open(&req.state_dir).map_err(|e| format!("tether-exec: cannot hold the action: {e}"))?,
+            );
+        }
+        Ok(())
     };
     let no_preview = no_preview_reason(policy, d);
     let preview = match no_preview {
         Some(_) => None,
-        None => match make_preview(req, policy, &stdin) {
+        None => match make_preview(req, policy, &stdin, &mut prepare) {
             Ok(p) => Some(p),
             Err(e) => return Finished::new(exit::INTERNAL, receipt, e),
         },
+    };
+    if let Err(e) = prepare() {
+        return Finished::new(exit::INTERNAL, receipt, e);
+    }
+    let (Some(mut b), Some(store)) = (bound, opened) else {
+        return Finished::new(
+            exit::INTERNAL,
+            receipt,
+            "tether-exec: internal error: the hold was not prepared",
+        );
     };
     b.workspace_fingerprint = with_preview(b.workspace_fingerprint, preview.as_ref());
     let has_preview = preview.is_some();
@@ -570,7 +659,7 @@ fn hold(
         proposal_window: PROPOSAL_WINDOW,
         summary: d.summary(),
     };
-    let held = match ApprovalStore::open(&req.state_dir).and_then(|s| s.hold(request)) {
+    let held = match store.hold(request) {
         Ok(h) => h,
         Err(e) => {
             return Finished::new(
@@ -861,7 +950,7 @@ pub fn resume(id: &str, state: &Path) -> Finished {
                 &policy,
                 Some(&stdin),
                 receipt,
-                &mut log,
+                Audit::Open(&mut log),
                 Some(action.session.clone()),
                 Some(id.to_string()),
                 state,

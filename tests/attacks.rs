@@ -548,6 +548,34 @@ fn daemons_do_not_outlive_the_command() {
 }
 
 #[test]
+fn nothing_of_the_sandbox_runs_once_the_launcher_returns() {
+    // tether-exec returns as soon as init has killed and reaped everything
+    // the command left behind, without waiting for the kernel to dismantle
+    // the namespaces: by then no process of the sandbox may write anything.
+    let w = World::new();
+    let script = "timeout 3 sh -c 'while :; do echo x >> spin.txt; done' >/dev/null 2>&1 & sleep 0.3; echo started";
+    let size = |w: &World| std::fs::metadata(w.ws.join("spin.txt")).map_or(0, |m| m.len());
+    let o = w.run(script);
+    assert!(o.status.success(), "{}", text(&o));
+    let first = size(&w);
+    assert!(first > 0, "the spinner ran inside: {}", text(&o));
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        size(&w),
+        first,
+        "a process of the sandbox wrote after tether-exec returned"
+    );
+    std::fs::remove_file(w.ws.join("spin.txt")).unwrap();
+    w.control(script);
+    let first = size(&w);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        size(&w) > first,
+        "control: without the sandbox the spinner keeps writing"
+    );
+}
+
+#[test]
 fn killing_the_launcher_kills_the_sandbox() {
     let w = World::new();
     let tag = format!("tether-kill-{}", rand_tag().replace('-', ""));

@@ -4,14 +4,28 @@
 //! Process layout:
 //!
 //! ```text
-//! tether-exec (host)            waits on a pidfd, enforces the timeout, forwards signals
+//! tether-exec (host)            writes the id maps, makes the pids cgroup (root),
+//!                               runs the caller's `before_exec` work, says go;
+//!                               waits for init's report, enforces the timeout,
+//!                               forwards signals
 //!   └─ clone3(NEWUSER|NEWNS|NEWPID|NEWNET|NEWIPC|NEWUTS)
-//!        init, pid 1            builds the filesystem, reaps, forwards signals;
-//!                               dies with tether-exec (PDEATHSIG), and when it
-//!                               exits the kernel kills everything in the namespace
+//!        init, pid 1            builds the filesystem, forks the command, brings
+//!                               up loopback and sets the hostname meanwhile, then
+//!                               reaps and forwards signals. When the command ends
+//!                               it kills and reaps everything else and reports
+//!                               the status. Dies with tether-exec (PDEATHSIG);
+//!                               when it exits the kernel kills the namespace.
 //!          └─ fork: command     setsid, no_new_privs, caps dropped, fds closed,
-//!                               rlimits, Landlock, seccomp (last), execve
+//!                               rlimits, Landlock, seccomp (last), then waits
+//!                               for init's ready and the launcher's go, execve
 //! ```
+//!
+//! While the sandbox builds itself (mounts, Landlock, seccomp: most of the
+//! start-up), the launcher is idle; [`run`] lets the caller use that time for
+//! work that must be done before the command starts, such as putting the
+//! decision on the audit record. The command process waits for one byte on a
+//! pipe right before `execve`; if the caller's work fails, or the launcher
+//! dies, the byte never comes and the command never starts.
 //!
 //! Every setup step that fails is reported through a close-on-exec pipe as
 //! `step\treason`, and nothing runs: there is no fallback to less isolation.
@@ -33,6 +47,9 @@ use std::time::{Duration, Instant};
 pub enum ApplyError {
     #[error("sandbox setup failed at step `{step}`: {reason}")]
     Setup { step: String, reason: String },
+    /// The caller's work before `execve` failed: the command never started.
+    #[error("{0}")]
+    NotStarted(String),
 }
 
 fn setup(step: &str, reason: impl std::fmt::Display) -> ApplyError {
@@ -150,10 +167,14 @@ struct Prepared {
 /// `stdin` replaces the inherited standard input when given (a held action's stored input).
 /// `output` sends the command's stdout and stderr to these files instead of
 /// the launcher's own (a preview records them).
+/// `before_exec` runs in the launcher while the sandbox is being built; the
+/// command starts only after it returns `Ok`. On `Err` the sandbox is killed
+/// before the command starts and `run` returns [`ApplyError::NotStarted`].
 pub fn run(
     plan: &Plan,
     stdin: Option<&[u8]>,
     output: Option<(&std::fs::File, &std::fs::File)>,
+    before_exec: &mut dyn FnMut() -> Result<(), String>,
 ) -> Result<Outcome, ApplyError> {
     let output = match output {
         Some((o, e)) => Some((
@@ -173,6 +194,8 @@ pub fn run(
     };
     let (sync_r, sync_w) = pipe()?;
     let (err_r, err_w) = pipe()?;
+    let (go_r, go_w) = pipe()?;
+    let (status_r, status_w) = pipe()?;
 
     let mut flags =
         (libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS) as u64;
@@ -183,8 +206,8 @@ pub fn run(
     // As root the sandbox's processes belong to host uid 0, which the kernel
     // exempts from RLIMIT_NPROC: a pids cgroup bounds them instead. It is
     // entered without migrating anyone (see `PidsCgroup`).
-    let cgroup = if plan.outer_uid == 0 {
-        Some(PidsCgroup::create(plan.pids_max)?)
+    let mut cgroup = if plan.outer_uid == 0 {
+        Some(PidsCgroup::locate(plan.pids_max)?)
     } else {
         None
     };
@@ -199,10 +222,9 @@ pub fn run(
         args.flags |= CLONE_INTO_CGROUP;
         args.cgroup = fd.as_raw_fd() as u64;
     }
-    let self_attach = cgroup
-        .as_ref()
-        .filter(|c| c.v2_fd.is_none())
-        .map(|c| c.dir.join("tasks"));
+    // v1: init enters the cgroup by a path relative to this directory, which
+    // it can still reach after pivot_root.
+    let self_attach = cgroup.as_ref().and_then(|c| c.v1_base.as_ref().map(|b| (b, c.name())));
     let started = Instant::now();
     // SAFETY: clone3 with a valid clone_args of the size we pass and no stack
     // (fork semantics). The process is single-threaded here (see module doc),
@@ -229,16 +251,20 @@ pub fn run(
     if pid == 0 {
         drop(sync_w);
         drop(err_r);
+        drop(go_w);
+        drop(status_r);
         init(
             plan,
             &prepared,
             sync_r,
             err_w,
+            status_w,
             ChildIo {
                 stdin: stdin_fd,
                 output,
+                go: go_r,
             },
-            self_attach.as_deref(),
+            self_attach,
         );
     }
     let pid = pid as libc::pid_t;
@@ -247,6 +273,8 @@ pub fn run(
     drop(sync_r);
     drop(err_w);
     drop(stdin_fd);
+    drop(go_r);
+    drop(status_w);
 
     if let Err(e) = write_id_maps(pid, plan) {
         kill(pid);
@@ -256,11 +284,35 @@ pub fn run(
     // Release the child: the id maps are in place.
     let mut sync_w = std::fs::File::from(sync_w);
     let _ = sync_w.write_all(b"1");
+    // v1: make the cgroup while init builds the filesystem; a second byte
+    // says it exists (init enters it before it forks the command).
+    if let Some(c) = cgroup.as_mut().filter(|c| c.v1_base.is_some()) {
+        if let Err(e) = c.create() {
+            kill(pid);
+            wait_pid(pid);
+            return Err(e);
+        }
+        let _ = sync_w.write_all(b"1");
+    }
     drop(sync_w);
 
-    let (status, timed_out) = supervise(pid, &pidfd, plan.timeout_ms.map(Duration::from_millis));
+    // The sandbox builds itself meanwhile; the command waits for the go.
+    if let Err(reason) = before_exec() {
+        kill(pid);
+        wait_pid(pid);
+        return Err(ApplyError::NotStarted(reason));
+    }
+    let mut go_w = std::fs::File::from(go_w);
+    // A sandbox that already failed has no reader left: the error pipe says why.
+    let _ = go_w.write_all(b"1");
+    drop(go_w);
+
+    let (status, timed_out, reaped) = supervise(pid, &pidfd, status_r, plan.timeout_ms.map(Duration::from_millis));
     let duration = started.elapsed();
-    drop(cgroup);
+    if let Some(mut c) = cgroup {
+        c.linger = !reaped;
+        drop(c);
+    }
     let mut msg = String::new();
     let _ = std::fs::File::from(err_r).read_to_string(&mut msg);
     if !msg.is_empty() {
@@ -300,11 +352,20 @@ pub fn run(
 /// writing `0` to `tasks`, which the kernel does without that lock.
 struct PidsCgroup {
     dir: PathBuf,
+    max: u64,
     /// The cgroup directory, for CLONE_INTO_CGROUP (v2 only).
     v2_fd: Option<OwnedFd>,
+    /// v1: the parent directory, made while the sandbox builds itself.
+    v1_base: Option<OwnedFd>,
+    /// init may still be exiting: do not wait for the cgroup to empty.
+    linger: bool,
+    /// The directory exists (and is ours to remove).
+    created: bool,
 }
 
 const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+
+const CGROUP_STEP: &str = "pids cgroup (running as root, RLIMIT_NPROC does not apply to host uid 0)";
 
 /// Remove cgroups left by launchers that were killed (SIGKILL skips `Drop`):
 /// named after a pid that no longer runs, and empty (rmdir refuses otherwise).
@@ -325,8 +386,10 @@ fn sweep_stale(base: &Path) {
 }
 
 impl PidsCgroup {
-    fn create(max: u64) -> Result<PidsCgroup, ApplyError> {
-        let step = "pids cgroup (running as root, RLIMIT_NPROC does not apply to host uid 0)";
+    /// Where this run's cgroup goes. On v2 it is made now (the sandbox is
+    /// born in it); on v1 later, by [`PidsCgroup::create`].
+    fn locate(max: u64) -> Result<PidsCgroup, ApplyError> {
+        let step = CGROUP_STEP;
         let own = std::fs::read_to_string("/proc/self/cgroup").map_err(|e| setup(step, e))?;
         let v1 = own.lines().find_map(|l| {
             let mut parts = l.splitn(3, ':');
@@ -347,25 +410,58 @@ impl PidsCgroup {
                 b
             }
         };
-        sweep_stale(&base);
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
         let dir = base.join(format!("tether-exec-{}-{nanos}", std::process::id()));
-        std::fs::create_dir(&dir).map_err(|e| setup(step, format!("{}: {e}", dir.display())))?;
-        let mut c = PidsCgroup { dir, v2_fd: None };
-        std::fs::write(c.dir.join("pids.max"), max.to_string()).map_err(|e| setup(step, e))?;
-        if !c.dir.join("tasks").exists() {
+        let is_v1 = base.join("tasks").exists();
+        let mut c = PidsCgroup {
+            dir,
+            max,
+            v2_fd: None,
+            v1_base: None,
+            linger: false,
+            created: false,
+        };
+        if is_v1 {
+            let f = std::fs::File::open(&base).map_err(|e| setup(step, format!("{}: {e}", base.display())))?;
+            c.v1_base = Some(f.into());
+        } else {
+            c.create()?;
             let f = std::fs::File::open(&c.dir).map_err(|e| setup(step, e))?;
             c.v2_fd = Some(f.into());
         }
         Ok(c)
     }
+
+    /// Make the cgroup with its limit, and remove those of launchers gone.
+    fn create(&mut self) -> Result<(), ApplyError> {
+        let dir = &self.dir;
+        std::fs::create_dir(dir).map_err(|e| setup(CGROUP_STEP, format!("{}: {e}", dir.display())))?;
+        self.created = true;
+        std::fs::write(dir.join("pids.max"), self.max.to_string()).map_err(|e| setup(CGROUP_STEP, e))?;
+        if let Some(base) = dir.parent() {
+            sweep_stale(base);
+        }
+        Ok(())
+    }
+
+    fn name(&self) -> String {
+        self.dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    }
 }
 
 impl Drop for PidsCgroup {
     fn drop(&mut self) {
-        // Empty once init has been reaped; retry briefly while the kernel tears down.
+        // Empty once init has been reaped; retry briefly while the kernel
+        // tears down. A run that did not wait for the teardown leaves it to
+        // the next run's sweep, which runs while that sandbox builds itself.
+        if self.linger || !self.created {
+            return;
+        }
         for i in 0..400u64 {
             if std::fs::remove_dir(&self.dir).is_ok() {
                 return;
@@ -393,6 +489,11 @@ fn memfd_with(data: &[u8]) -> Result<OwnedFd, ApplyError> {
 fn kill(pid: libc::pid_t) {
     // SAFETY: plain kill(2) of our own child.
     unsafe { libc::kill(pid, libc::SIGKILL) };
+}
+
+/// The wait status of a process that exited with `code`.
+fn exit_status(code: i32) -> i32 {
+    (code & 0xff) << 8
 }
 
 fn wait_pid(pid: libc::pid_t) -> i32 {
@@ -427,9 +528,20 @@ const FORWARDED_SIGNALS: [libc::c_int; 6] = [
     libc::SIGUSR2,
 ];
 
-/// Wait for init to exit, killing it at the timeout and forwarding signals.
-/// Returns (wait status, timed out).
-fn supervise(pid: libc::pid_t, pidfd: &OwnedFd, timeout: Option<Duration>) -> (i32, bool) {
+/// Wait for the sandbox to end, killing it at the timeout and forwarding signals.
+/// Returns (wait status, timed out, init reaped).
+///
+/// When the command ends, init kills and reaps every other process of the
+/// sandbox, then reports the command's status on `status` before it exits.
+/// From then on nothing of the sandbox runs or can touch a file: what is left
+/// is the kernel dismantling its namespaces and mounts (0.3 ms to 1 ms, more
+/// with an overlay), which the launcher does not wait out. An overlay still
+/// mounted in the dying namespace has no user left, so its upper directory
+/// can be read and moved meanwhile. init is reaped here if already gone,
+/// else by whoever inherits it when the launcher exits.
+fn supervise(pid: libc::pid_t, pidfd: &OwnedFd, status: OwnedFd, timeout: Option<Duration>) -> (i32, bool, bool) {
+    let mut status = Some(std::fs::File::from(status));
+    let mut reported: Option<i32> = None;
     // Forward the signals a harness or a terminal sends us to init, which
     // forwards them to the command. Blocked and read through a signalfd so no
     // handler runs in this process.
@@ -455,7 +567,13 @@ fn supervise(pid: libc::pid_t, pidfd: &OwnedFd, timeout: Option<Duration>) -> (i
                 revents: 0,
             },
             libc::pollfd {
+                // A negative fd is ignored by poll.
                 fd: sfd,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: status.as_ref().map_or(-1, |f| f.as_raw_fd()),
                 events: libc::POLLIN,
                 revents: 0,
             },
@@ -468,7 +586,7 @@ fn supervise(pid: libc::pid_t, pidfd: &OwnedFd, timeout: Option<Duration>) -> (i
             None => -1,
         };
         // SAFETY: fds is a valid array of two pollfd structs.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), if sfd >= 0 { 2 } else { 1 }, wait_ms) };
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, wait_ms) };
         if n == 0 && deadline.is_some_and(|d| Instant::now() >= d) {
             // Killing init makes the kernel kill every process of its pid namespace.
             timed_out = true;
@@ -490,11 +608,28 @@ fn supervise(pid: libc::pid_t, pidfd: &OwnedFd, timeout: Option<Duration>) -> (i
                 unsafe { libc::kill(pid, info.ssi_signo as i32) };
             }
         }
+        if fds[2].revents != 0 {
+            let mut code = [0u8; 4];
+            if let Some(Ok(())) = status.take().map(|mut f| f.read_exact(&mut code)) {
+                reported = Some(i32::from_le_bytes(code));
+                break;
+            }
+            // EOF: init died without reporting (killed); its wait status tells.
+        }
         if fds[0].revents & libc::POLLIN != 0 {
             break;
         }
     }
-    let status = wait_pid(pid);
+    let (status, reaped) = match reported {
+        Some(code) => {
+            // Reap init if it is already gone; never wait for it.
+            let mut st = 0;
+            // SAFETY: non-blocking waitpid on our own child with a valid status pointer.
+            let r = unsafe { libc::waitpid(pid, &mut st, libc::__WALL | libc::WNOHANG) };
+            (exit_status(code), r == pid)
+        }
+        None => (wait_pid(pid), true),
+    };
     if sfd >= 0 {
         // SAFETY: closing the signalfd we created; restoring the mask we changed.
         unsafe {
@@ -502,7 +637,7 @@ fn supervise(pid: libc::pid_t, pidfd: &OwnedFd, timeout: Option<Duration>) -> (i
             libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
         }
     }
-    (status, timed_out)
+    (status, timed_out, reaped)
 }
 
 /// Report a failed step to the parent and exit. Never returns.
@@ -525,9 +660,19 @@ fn errno() -> std::io::Error {
 struct ChildIo {
     stdin: Option<OwnedFd>,
     output: Option<(OwnedFd, OwnedFd)>,
+    /// One byte from the launcher here means the command may start.
+    go: OwnedFd,
 }
 
-fn init(plan: &Plan, prep: &Prepared, sync: OwnedFd, err: OwnedFd, io: ChildIo, cgroup_tasks: Option<&Path>) -> ! {
+fn init(
+    plan: &Plan,
+    prep: &Prepared,
+    sync: OwnedFd,
+    err: OwnedFd,
+    status: OwnedFd,
+    io: ChildIo,
+    cgroup_v1: Option<(&OwnedFd, String)>,
+) -> ! {
     // Die with tether-exec; then the kernel kills the whole namespace.
     // SAFETY: prctl with integer arguments only.
     unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) };
@@ -538,16 +683,61 @@ fn init(plan: &Plan, prep: &Prepared, sync: OwnedFd, err: OwnedFd, io: ChildIo, 
         // SAFETY: exiting the copied process without destructors.
         unsafe { libc::_exit(125) };
     }
-    drop(f);
-    if let Some(tasks) = cgroup_tasks {
-        // Before anything can fork: the whole sandbox descends from here.
-        if let Err(e) = std::fs::write(tasks, "0") {
-            fail(&err, "enter the pids cgroup", e, 125);
-        }
-    }
     if let Err((step, e)) = build_filesystem(plan) {
         fail(&err, &step, e, 125);
     }
+    if let Some((base, name)) = cgroup_v1 {
+        // Before anything can fork: the whole sandbox descends from here.
+        if !matches!(f.read(&mut b), Ok(1)) {
+            // SAFETY: exiting the copied process without destructors.
+            unsafe { libc::_exit(125) };
+        }
+        let tasks = cstr(format!("{name}/tasks"));
+        // SAFETY: openat relative to a directory descriptor we hold, with a
+        // NUL-terminated path; write of a one-byte buffer; close of that fd.
+        let entered = unsafe {
+            let fd = libc::openat(base.as_raw_fd(), tasks.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+            let ok = fd >= 0 && libc::write(fd, b"0".as_ptr() as *const libc::c_void, 1) == 1;
+            let e = errno();
+            if fd >= 0 {
+                libc::close(fd);
+            }
+            if ok {
+                Ok(())
+            } else {
+                Err(e)
+            }
+        };
+        if let Err(e) = entered {
+            fail(&err, "enter the pids cgroup", e, 125);
+        }
+        // SAFETY: closing init's copy of the directory descriptor: nothing
+        // forked from here may hold it.
+        unsafe { libc::close(base.as_raw_fd()) };
+    }
+    drop(f);
+    // The command confines itself (Landlock, seccomp) while init finishes the
+    // namespaces' set-up; it starts only once init says they are ready.
+    let (ready_r, ready_w) = match pipe() {
+        Ok(p) => p,
+        Err(e) => fail(&err, "pipe", e, 125),
+    };
+    // SAFETY: fork in a single-threaded process (init is a copy of the
+    // single-threaded launcher).
+    let child = unsafe { libc::fork() };
+    if child < 0 {
+        fail(&err, "fork the command", errno(), 125);
+    }
+    if child == 0 {
+        drop(ready_w);
+        drop(status);
+        command(plan, prep, &err, io, ready_r);
+    }
+    drop(ready_r);
+    drop(io);
+    // Nothing inside may ptrace or read the memory of init.
+    // SAFETY: prctl with integer arguments only.
+    unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0) };
     if !plan.host_network {
         if let Err(e) = loopback_up() {
             fail(&err, "bring up loopback", e, 125);
@@ -558,22 +748,12 @@ fn init(plan: &Plan, prep: &Prepared, sync: OwnedFd, err: OwnedFd, io: ChildIo, 
     if unsafe { libc::sethostname(host.as_ptr(), plan.hostname.len()) } != 0 {
         fail(&err, "set hostname", errno(), 125);
     }
-    // Nothing inside may ptrace or read the memory of init.
-    // SAFETY: prctl with integer arguments only.
-    unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0) };
-
-    // SAFETY: fork in a single-threaded process (init is a copy of the
-    // single-threaded launcher).
-    let child = unsafe { libc::fork() };
-    if child < 0 {
-        fail(&err, "fork the command", errno(), 125);
-    }
-    if child == 0 {
-        command(plan, prep, &err, io);
-    }
-    drop(io);
+    let mut ready = std::fs::File::from(ready_w);
+    // The command may have died already (a failed step); the error pipe says why.
+    let _ = ready.write_all(b"1");
+    drop(ready);
     drop(err);
-    reap(child)
+    reap(child, status)
 }
 
 static FORWARD_TO: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
@@ -591,7 +771,8 @@ extern "C" fn forward(sig: libc::c_int) {
 }
 
 /// init's loop: forward signals, reap every child, exit with the command's status.
-fn reap(child: libc::pid_t) -> ! {
+/// `report` receives the command's status once nothing of the sandbox runs.
+fn reap(child: libc::pid_t, report: OwnedFd) -> ! {
     FORWARD_TO.store(child, std::sync::atomic::Ordering::Relaxed);
     for s in FORWARDED_SIGNALS {
         // SAFETY: installing an async-signal-safe handler (it only calls kill).
@@ -609,9 +790,19 @@ fn reap(child: libc::pid_t) -> ! {
             } else {
                 continue;
             };
-            // Exiting pid 1 kills every other process of the namespace (daemons included).
-            // SAFETY: exiting without running destructors of the copied state.
-            unsafe { libc::_exit(code) };
+            // The command ended: so does everything it left behind (daemons
+            // included). kill(-1) from pid 1 reaches every other process of
+            // the namespace; once all are reaped, nothing of the sandbox
+            // runs any more and the launcher may go on.
+            // SAFETY: kill and waitpid with valid arguments; write of a local buffer.
+            unsafe {
+                libc::kill(-1, libc::SIGKILL);
+                let mut st = 0;
+                while libc::waitpid(-1, &mut st, libc::__WALL) > 0 || errno().raw_os_error() == Some(libc::EINTR) {}
+                let bytes = code.to_le_bytes();
+                libc::write(report.as_raw_fd(), bytes.as_ptr() as *const libc::c_void, bytes.len());
+                libc::_exit(code)
+            };
         }
         if r < 0 && errno().raw_os_error() == Some(libc::ECHILD) {
             // SAFETY: as above.
@@ -902,7 +1093,7 @@ fn loopback_up() -> std::io::Result<()> {
 }
 
 /// The command process: final confinement, then execve. Never returns.
-fn command(plan: &Plan, prep: &Prepared, err: &OwnedFd, io: ChildIo) -> ! {
+fn command(plan: &Plan, prep: &Prepared, err: &OwnedFd, io: ChildIo, ready: OwnedFd) -> ! {
     // Back to default signal handling and an empty mask (the parent blocked none
     // yet, but be explicit: the command must see signals normally).
     // SAFETY: setsid in a fresh child; sigprocmask with a zeroed set.
@@ -962,6 +1153,16 @@ fn command(plan: &Plan, prep: &Prepared, err: &OwnedFd, io: ChildIo) -> ! {
     for f in &prep.seccomp {
         if let Err(e) = seccompiler::apply_filter(f) {
             fail(err, "seccomp", e, 125);
+        }
+    }
+    // Fully confined; start only once init has finished the namespaces and
+    // on the launcher's go. EOF on either (a failed step, the launcher's work
+    // before exec failed, or it died) means never.
+    for fd in [ready, io.go] {
+        let mut byte = [0u8; 1];
+        if std::fs::File::from(fd).read_exact(&mut byte).is_err() {
+            // SAFETY: exiting the copied process without destructors.
+            unsafe { libc::_exit(125) };
         }
     }
     exec(plan, prep, err)

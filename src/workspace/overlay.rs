@@ -140,6 +140,11 @@ impl Capture {
         land(&self.dir, &self.workspace, globs, drop_violations, self.started)
     }
 
+    /// Throw the capture away unlooked-at (the command never started).
+    pub fn discard(self) {
+        remove_capture(&self.dir);
+    }
+
     /// Files where a preview run's stdout, stderr and exit code are kept.
     pub fn output_files(&self) -> Result<(std::fs::File, std::fs::File), WorkspaceError> {
         let open = |name: &str| {
