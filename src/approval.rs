@@ -931,8 +931,22 @@ impl ApprovalStore {
             .db("switching the approval database to WAL mode")?;
         conn.execute_batch("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;")
             .db("configuring the approval database")?;
+        // Every command is a new process that opens and closes the store. By
+        // default the last connection to close checkpoints the WAL (two
+        // fsyncs) and deletes it, so the next one recreates it: keep the WAL
+        // between processes and checkpoint every 32 pages instead. Commits
+        // stay synchronous (one fsync each), so a consumed nonce survives
+        // power loss.
+        conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
+            .db("configuring the approval database")?;
+        conn.pragma_update(None, "wal_autocheckpoint", 32)
+            .db("configuring the approval database")?;
         let store = ApprovalStore { conn, path };
-        store.migrate()?;
+        let current: i64 = retry_busy(|| store.conn.query_row("PRAGMA user_version", [], |r| r.get(0)))
+            .db("reading the schema version")?;
+        if current != MIGRATIONS.len() as i64 {
+            store.migrate()?;
+        }
         Ok(store)
     }
 

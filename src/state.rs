@@ -20,9 +20,35 @@ pub enum StateError {
 }
 
 /// The invoking account's home directory, from the password database (not `$HOME`).
+///
+/// `/etc/passwd` is read directly first: it is what nearly every account
+/// uses, it costs one small read instead of loading the NSS configuration
+/// (this runs on every command), and it works the same in the statically
+/// linked release binary. Accounts that only a network directory knows
+/// (sssd, LDAP) fall through to the C library's lookup.
 pub fn account_home() -> Option<PathBuf> {
-    let uid = nix::unistd::getuid();
-    nix::unistd::User::from_uid(uid).ok().flatten().map(|u| u.dir)
+    static HOME: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    HOME.get_or_init(|| {
+        let uid = nix::unistd::getuid();
+        std::fs::read("/etc/passwd")
+            .ok()
+            .and_then(|text| home_in_passwd(&text, uid.as_raw()))
+            .or_else(|| nix::unistd::User::from_uid(uid).ok().flatten().map(|u| u.dir))
+    })
+    .clone()
+}
+
+/// The home field of `uid`'s line in a passwd(5) file (first match wins, as in glibc).
+fn home_in_passwd(text: &[u8], uid: u32) -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    text.split(|b| *b == b'\n').find_map(|line| {
+        let f: Vec<&[u8]> = line.split(|b| *b == b':').collect();
+        if f.len() < 7 || f[0].starts_with(b"+") || f[0].starts_with(b"-") {
+            return None;
+        }
+        let line_uid: u32 = std::str::from_utf8(f[2]).ok()?.parse().ok()?;
+        (line_uid == uid && f[5].starts_with(b"/")).then(|| PathBuf::from(std::ffi::OsStr::from_bytes(f[5])))
+    })
 }
 
 /// The state directory: explicit, else `$XDG_STATE_HOME/tether-exec`, else
@@ -105,4 +131,25 @@ pub fn env_instance_id(state_dir: &std::path::Path, workspace: &std::path::Path)
     h.update([0]);
     h.update(workspace.as_os_str().as_encoded_bytes());
     Ok(format!("env_{}", &crate::policy::hex(&h.finalize())[..24]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwd_lines_are_read_like_the_c_library() {
+        let text = b"root:x:0:0:root:/root:/bin/bash\n+nis::::::\nbad line\nme:x:1000:1000:Me,,,:/home/me:/bin/sh\ndup:x:1000:1000::/home/dup:/bin/sh\nrel:x:7:7::relative:/bin/sh\n";
+        assert_eq!(home_in_passwd(text, 0), Some(PathBuf::from("/root")));
+        assert_eq!(home_in_passwd(text, 1000), Some(PathBuf::from("/home/me")));
+        assert_eq!(home_in_passwd(text, 7), None);
+        assert_eq!(home_in_passwd(text, 4242), None);
+    }
+
+    #[test]
+    fn the_account_home_matches_the_password_database() {
+        let uid = nix::unistd::getuid();
+        let libc_view = nix::unistd::User::from_uid(uid).ok().flatten().map(|u| u.dir);
+        assert_eq!(account_home(), libc_view);
+    }
 }
