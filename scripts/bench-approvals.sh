@@ -4,8 +4,8 @@
 #   scripts/bench-approvals.sh        (N=30 by default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release -q
-tx="$PWD/target/release/tether-exec"
+bin_release=${TETHER_EXEC_RELEASE_BIN:-$(scripts/build-release.sh)}
+tx="$bin_release"
 root=$(mktemp -d /tmp/tether-bench.XXXXXX); trap 'rm -rf "$root"' EXIT
 export TETHER_EXEC_STATE_DIR="$root/state" TETHER_EXEC_APPROVER_KEY="$root/approver.key"
 mkdir "$root/ws" && cd "$root/ws"

@@ -9,8 +9,8 @@
 #   scripts/bench-overlay.sh          (needs hyperfine; RUNS=30 by default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release -q
-tx="$PWD/target/release/tether-exec"
+bin_release=${TETHER_EXEC_RELEASE_BIN:-$(scripts/build-release.sh)}
+tx="$bin_release"
 root=$(mktemp -d /tmp/tether-bench-ovl.XXXXXX); trap 'rm -rf "$root"' EXIT
 state="$root/state"
 printf 'writable_globs = ["**/*.md"]\n' > "$root/overlay.toml"

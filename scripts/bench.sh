@@ -4,8 +4,8 @@
 #   scripts/bench.sh            (needs: hyperfine, bubblewrap; a release build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release -q
-bin="$PWD/target/release/tether-exec"
+bin_release=${TETHER_EXEC_RELEASE_BIN:-$(scripts/build-release.sh)}
+bin="$bin_release"
 ws=$(mktemp -d /tmp/tether-bench.XXXXXX); trap 'rm -rf "$ws"' EXIT
 cd "$ws"
 hyperfine -N --warmup 10 --runs "${RUNS:-200}" --export-json "$ws/b.json" \

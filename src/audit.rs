@@ -2031,6 +2031,25 @@ fn jwt_end(b: &[u8], start: usize) -> Option<usize> {
     Some(dot2 + 1 + run_len(b, dot2 + 1, is_key_char))
 }
 
+/// Benchmark builds only (`--features bench-unaudited`): a log that records
+/// nothing, so `scripts/bench-audit.sh` can measure what recording adds to a
+/// run. Every run of such a binary says so on stderr.
+#[cfg(feature = "bench-unaudited")]
+pub mod unaudited {
+    pub struct AuditLog;
+
+    impl AuditLog {
+        pub fn open(_state_dir: &std::path::Path) -> Result<AuditLog, super::AuditError> {
+            eprintln!("tether-exec: this build records nothing in the audit log (bench-unaudited): benchmarks only");
+            Ok(AuditLog)
+        }
+
+        pub fn append(&mut self, _entry: super::AuditEntry) -> Result<u64, super::AuditError> {
+            Ok(0)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
