@@ -858,6 +858,12 @@ pub struct ApprovalStore {
     path: PathBuf,
 }
 
+impl Drop for ApprovalStore {
+    fn drop(&mut self) {
+        crate::state::keep_wal_short(&self.conn, &self.path);
+    }
+}
+
 impl fmt::Debug for ApprovalStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ApprovalStore")
@@ -934,12 +940,10 @@ impl ApprovalStore {
         // Every command is a new process that opens and closes the store. By
         // default the last connection to close checkpoints the WAL (two
         // fsyncs) and deletes it, so the next one recreates it: keep the WAL
-        // between processes and checkpoint every 32 pages instead. Commits
-        // stay synchronous (one fsync each), so a consumed nonce survives
-        // power loss.
+        // between processes, short (`state::keep_wal_short`, on drop).
+        // Commits stay synchronous (one fsync each), so a consumed nonce
+        // survives power loss.
         conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
-            .db("configuring the approval database")?;
-        conn.pragma_update(None, "wal_autocheckpoint", 32)
             .db("configuring the approval database")?;
         let store = ApprovalStore { conn, path };
         let current: i64 = retry_busy(|| store.conn.query_row("PRAGMA user_version", [], |r| r.get(0)))

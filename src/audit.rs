@@ -469,6 +469,12 @@ pub struct AuditLog {
     key: std::cell::OnceCell<SigningKey>,
 }
 
+impl Drop for AuditLog {
+    fn drop(&mut self) {
+        crate::state::keep_wal_short(&self.conn, &self.dir.join(DB_FILE));
+    }
+}
+
 struct Head {
     seq: u64,
     hash: String,
@@ -710,11 +716,9 @@ fn open_db(path: &Path) -> Result<Connection, AuditError> {
     // Every run is a new process that opens and closes the log. By default the
     // last connection to close checkpoints the WAL and deletes it, so the next
     // run recreates it and pays a header sync and a directory fsync: keep the
-    // WAL between runs instead. A kept WAL is scanned by every new process to
-    // rebuild its index, so keep it short: checkpoint every 32 pages (~128 KiB),
-    // which spreads one checkpoint's fsyncs over many runs.
+    // WAL between runs instead, and keep it short (`state::keep_wal_short`,
+    // when the log is dropped).
     conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)?;
-    conn.pragma_update(None, "wal_autocheckpoint", 32)?;
     // WAL: readers (verify, `audit show`) never block the writer, and a
     // commit is an append to the WAL rather than a rewrite of the journal.
     // synchronous=NORMAL: no fsync per commit, only at WAL checkpoints; the

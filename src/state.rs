@@ -133,6 +133,29 @@ pub fn env_instance_id(state_dir: &std::path::Path, workspace: &std::path::Path)
     Ok(format!("env_{}", &crate::policy::hex(&h.finalize())[..24]))
 }
 
+/// Past this size a database's WAL is folded back into it when a process closes it.
+const WAL_LIMIT_BYTES: u64 = 256 * 1024;
+
+/// Keep a state database's write-ahead log short.
+///
+/// The databases here keep their WAL between processes: checkpointing it at
+/// every close costs two fsyncs per command. But each command is a new
+/// process and the first to open the database, so SQLite rebuilds the WAL
+/// index by reading every frame of the log, and, having forgotten how much
+/// was already copied back, never starts the log over: left alone it grows
+/// with every command and so does the cost of opening it. So the process
+/// that closes a database whose WAL has passed [`WAL_LIMIT_BYTES`] copies it
+/// back and truncates it (`wal_checkpoint(TRUNCATE)`), without waiting: if
+/// another process is using the database, a later one does it.
+pub fn keep_wal_short(conn: &rusqlite::Connection, db: &std::path::Path) {
+    let mut wal = db.as_os_str().to_owned();
+    wal.push("-wal");
+    let long = std::fs::metadata(&wal).is_ok_and(|m| m.len() > WAL_LIMIT_BYTES);
+    if long && conn.busy_timeout(std::time::Duration::ZERO).is_ok() {
+        let _ = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1031,3 +1031,21 @@ fn untrusted_public_keys_and_removed_trust() {
     let err = refused(fx.resume(&held));
     assert!(matches!(err, ApprovalError::UnknownApprover { .. }), "{err:?}");
 }
+
+#[test]
+fn the_wal_stays_short_when_every_write_comes_from_a_new_process() {
+    let dir = TempDir::new().unwrap();
+    let state = dir.path().join("state");
+    let wal = state.join("approvals.sqlite-wal");
+    let mut largest = 0;
+    for i in 1..=300u64 {
+        let store = ApprovalStore::open(&state).unwrap();
+        assert_eq!(store.record_proposal("sess_wal").unwrap(), i);
+        drop(store);
+        largest = largest.max(std::fs::metadata(&wal).map_or(0, |m| m.len()));
+    }
+    assert!(largest > 0, "the WAL is in use");
+    assert!(largest < 400 * 1024, "the WAL grew to {largest} bytes");
+    let store = ApprovalStore::open(&state).unwrap();
+    assert_eq!(store.session_proposals("sess_wal").unwrap(), 300);
+}

@@ -876,3 +876,24 @@ fn redaction_of_hostile_repetition() {
         assert!(out.len() <= text.len() + 3 * 20_000, "{unit:?}");
     }
 }
+
+#[test]
+fn the_wal_stays_short_when_every_record_comes_from_a_new_process() {
+    // Each command opens the log, appends and closes it. SQLite then rebuilds
+    // the WAL index from the whole log at every open and never starts the
+    // log over by itself; unchecked, opening grew slower with every command.
+    let state = tempfile::tempdir().unwrap();
+    let wal = audit_dir(state.path()).join("audit.sqlite-wal");
+    let mut largest = 0;
+    for i in 1..=300 {
+        let mut log = AuditLog::open(state.path()).unwrap();
+        log.append(entry(i)).unwrap();
+        drop(log);
+        largest = largest.max(fs::metadata(&wal).map_or(0, |m| m.len()));
+    }
+    assert!(largest > 0, "the WAL is in use");
+    assert!(largest < 400 * 1024, "the WAL grew to {largest} bytes");
+    assert_eq!(read_lines(state.path()).len(), 300);
+    let report = tether_exec::audit::verify(state.path()).unwrap();
+    assert!(report.problem.is_none(), "{report:?}");
+}
