@@ -71,8 +71,11 @@
 //! # Storage
 //!
 //! `<state_dir>/approvals.sqlite` (directory `0700`, file `0600`), WAL mode,
-//! a busy timeout so writers queue instead of failing, `synchronous=FULL` so a
-//! consumed nonce survives power loss, and a schema versioned by
+//! a busy timeout so writers queue instead of failing, `synchronous=FULL` for
+//! the commits whose loss could matter (a consumed nonce, a hold, a proposal
+//! count, a trusted key) and `NORMAL` for the two whose loss fails closed (an
+//! approval is given again; a lost result leaves the action interrupted), and
+//! a schema versioned by
 //! `PRAGMA user_version` with an append-only [`MIGRATIONS`] list. A partial
 //! index over the awaiting states keeps [`ApprovalStore::pending`] proportional
 //! to the awaiting actions, not to history; lookups by id use the primary key.
@@ -980,7 +983,19 @@ impl ApprovalStore {
         tx.commit().db("committing the schema migration")
     }
 
+    /// A write transaction whose commit is on disk before it returns (fsync).
     fn immediate(&self, context: &'static str) -> Result<Transaction<'_>> {
+        self.conn.execute_batch("PRAGMA synchronous = FULL").db(context)?;
+        Transaction::new_unchecked(&self.conn, TransactionBehavior::Immediate).db(context)
+    }
+
+    /// A write transaction that a power loss may undo (no fsync at commit;
+    /// the database stays consistent). Only for writes whose loss fails
+    /// closed: a forgotten approval must be given again, a forgotten result
+    /// leaves the action interrupted, which never runs without a fresh
+    /// approval. Nonces, proposal counts, holds and trust stay durable.
+    fn immediate_relaxed(&self, context: &'static str) -> Result<Transaction<'_>> {
+        self.conn.execute_batch("PRAGMA synchronous = NORMAL").db(context)?;
         Transaction::new_unchecked(&self.conn, TransactionBehavior::Immediate).db(context)
     }
 
@@ -1174,7 +1189,7 @@ impl ApprovalStore {
     /// approvals are superseded (kept on record) by the new one.
     pub fn approve(&self, id: &str, key: &ApproverKey, now_unix_ms: u64) -> Result<HeldAction> {
         let key_id = key.key_id();
-        let tx = self.immediate("approving an action")?;
+        let tx = self.immediate_relaxed("approving an action")?;
         require_trusted(&tx, key)?;
         let action = load_action(&tx, id)?;
         let state = action.held.state;
@@ -1484,7 +1499,7 @@ impl ApprovalStore {
             ));
         }
         let id = ticket.action.id.as_str();
-        let tx = self.immediate("recording a run result")?;
+        let tx = self.immediate_relaxed("recording a run result")?;
         let action = load_action(&tx, id)?;
         let stale = |detail: String| ApprovalError::StaleTicket {
             id: id.to_string(),

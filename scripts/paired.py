@@ -1,0 +1,48 @@
+#!/usr/bin/env python3
+"""Time two commands in turn (A B A B ...) and print both medians and the
+median of the paired differences A - B, in milliseconds. Pairing keeps the
+comparison fair when the machine's speed drifts during the measurement.
+
+    scripts/paired.py [-n RUNS] [--warmup N] [--cwd DIR] ::A A... ::B B...
+
+Each command runs without a shell, its output discarded; a non-zero exit
+stops the measurement."""
+import argparse, os, statistics, sys, time
+
+def main():
+    argv = sys.argv[1:]
+    if argv.count("::A") != 1 or argv.count("::B") != 1 or argv.index("::A") > argv.index("::B"):
+        sys.exit(__doc__)
+    first = argv.index("::A")
+    second = argv.index("::B")
+    p = argparse.ArgumentParser()
+    p.add_argument("-n", type=int, default=100)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--cwd", default=".")
+    opts = p.parse_args(argv[:first])
+    a, b = argv[first + 1:second], argv[second + 1:]
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.chdir(opts.cwd)
+
+    def once(cmd):
+        t0 = time.perf_counter_ns()
+        pid = os.posix_spawnp(cmd[0], cmd, os.environ,
+                              file_actions=[(os.POSIX_SPAWN_DUP2, devnull, 0),
+                                            (os.POSIX_SPAWN_DUP2, devnull, 1),
+                                            (os.POSIX_SPAWN_DUP2, devnull, 2)])
+        _, status = os.waitpid(pid, 0)
+        t1 = time.perf_counter_ns()
+        if os.waitstatus_to_exitcode(status) != 0:
+            sys.exit(f"paired.py: {' '.join(cmd)} exited {os.waitstatus_to_exitcode(status)}")
+        return (t1 - t0) / 1e6
+
+    for _ in range(opts.warmup):
+        once(a), once(b)
+    ta, tb = [], []
+    for _ in range(opts.n):
+        ta.append(once(a))
+        tb.append(once(b))
+    diff = statistics.median(x - y for x, y in zip(ta, tb))
+    print(f"{statistics.median(ta):.2f} {statistics.median(tb):.2f} {diff:.2f}")
+
+main()
