@@ -264,3 +264,73 @@ fn invalid_utf8_names_and_moved_directories_land() {
     );
     assert!(!exists(&w.ws.join("docs/sub")));
 }
+
+#[test]
+fn captures_live_on_the_workspaces_filesystem_so_landing_is_a_rename() {
+    // The state directory (under /tmp) and this workspace (under /dev/shm, a
+    // tmpfs) are on different filesystems: the capture goes beside the
+    // workspace, and what the run wrote lands by rename (same inode).
+    let w = World::new();
+    let shm = tempfile::Builder::new()
+        .prefix("tether-test-")
+        .tempdir_in("/dev/shm")
+        .unwrap();
+    let ws = shm.path().join("ws");
+    std::fs::create_dir_all(ws.join("docs")).unwrap();
+    let dev = |p: &std::path::Path| std::fs::metadata(p).unwrap().dev();
+    assert_ne!(dev(&ws), dev(&w.state), "the test needs two filesystems");
+    let policy = w.policy(MD);
+    let run = |script: &str, crash: Option<&str>| {
+        let mut c = Command::new(bin());
+        c.arg("--state-dir")
+            .arg(&w.state)
+            .args(["run", "--policy", policy.to_str().unwrap(), "-c", script])
+            .current_dir(&ws)
+            .stdin(Stdio::null());
+        if let Some(at) = crash {
+            c.env("TETHER_EXEC_TEST_CRASH_AT", at);
+        }
+        c.output().unwrap()
+    };
+    let o = run("printf 1 > docs/one.md", Some("after-journal"));
+    assert!(!o.status.success(), "the launcher was meant to die: {}", text(&o));
+    let captures = shm.path().join(".tether-exec-captures");
+    assert_eq!(
+        std::fs::metadata(&captures).unwrap().permissions().mode() & 0o777,
+        0o700
+    );
+    let capture = std::fs::read_dir(&captures).unwrap().flatten().next().unwrap().path();
+    let written = std::fs::metadata(capture.join("upper/docs/one.md")).unwrap().ino();
+    let link = std::fs::read_dir(w.state.join("overlays"))
+        .unwrap()
+        .flatten()
+        .next()
+        .unwrap()
+        .path();
+    assert_eq!(
+        std::fs::read_link(&link).unwrap(),
+        capture,
+        "recovery finds it through the state directory"
+    );
+    // The next start finishes the commit, through the link.
+    let n = run("true", None);
+    assert!(text(&n).contains("finished an interrupted commit"), "{}", text(&n));
+    assert_eq!(std::fs::read_to_string(ws.join("docs/one.md")).unwrap(), "1");
+    assert_eq!(
+        std::fs::metadata(ws.join("docs/one.md")).unwrap().ino(),
+        written,
+        "landed by rename, not copied"
+    );
+    assert_eq!(std::fs::read_dir(&captures).unwrap().count(), 0, "capture removed");
+    assert_eq!(
+        std::fs::read_dir(w.state.join("overlays")).unwrap().count(),
+        0,
+        "link removed"
+    );
+    // An ordinary run leaves nothing behind either.
+    let o = run("printf 2 > docs/two.md", None);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(std::fs::read_to_string(ws.join("docs/two.md")).unwrap(), "2");
+    assert_eq!(std::fs::read_dir(&captures).unwrap().count(), 0);
+    assert_eq!(std::fs::read_dir(w.state.join("overlays")).unwrap().count(), 0);
+}

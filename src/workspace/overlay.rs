@@ -4,7 +4,8 @@
 //! Landlock and bind mounts work on directory trees; `writable_globs` such as
 //! `**/*.md` are not trees, and files that do not exist yet must be covered
 //! too. So when a policy's globs are not all `DIR/**`, the sandbox sees the
-//! workspace as an overlay whose upper layer lives in the state directory:
+//! workspace as an overlay whose upper layer lives on the workspace's own
+//! filesystem (see [`capture_root`]), so that landing a change is a rename:
 //! the real workspace is untouched while the command runs. Afterwards the
 //! upper layer is walked (files, symlinks, whiteouts = deletions, opaque
 //! directories = removed and made again), every changed path is checked
@@ -36,6 +37,9 @@ use std::time::SystemTime;
 pub struct Capture {
     pub dir: PathBuf,
     pub workspace: PathBuf,
+    /// When `dir` is outside the state directory: its entry in
+    /// `<state>/overlays`, a symlink through which recovery finds it.
+    link: Option<PathBuf>,
     /// Held for the launcher's lifetime so recovery never touches a live capture.
     _lock: nix::fcntl::Flock<std::fs::File>,
     started: SystemTime,
@@ -97,6 +101,40 @@ fn overlays_dir(state: &Path) -> PathBuf {
     state.join("overlays")
 }
 
+/// Name of the directory, beside a workspace, that holds its captures when
+/// the state directory is on another filesystem.
+pub const BESIDE_WORKSPACE: &str = ".tether-exec-captures";
+
+/// Where a run's capture goes, and whether that is outside the state
+/// directory. Landing a change renames it from the upper layer into the
+/// workspace, which only works within one filesystem: the state directory
+/// when it shares the workspace's, else a private directory beside the
+/// workspace (its parent; invisible in the sandbox, which sees only the
+/// workspace itself). That directory must be ours alone: made with mode 0700,
+/// or found as a real directory owned by us with no access for others
+/// (a parent like /tmp is shared). When neither works, the state directory,
+/// and landing copies.
+pub fn capture_root(state: &Path, workspace: &Path) -> (PathBuf, bool) {
+    use std::os::unix::fs::DirBuilderExt;
+    let dev = |p: &Path| std::fs::metadata(p).map(|m| m.dev()).ok();
+    let ws_dev = dev(workspace);
+    if ws_dev.is_none() || dev(state) == ws_dev {
+        return (overlays_dir(state), false);
+    }
+    let Some(parent) = workspace.parent().filter(|p| dev(p) == ws_dev) else {
+        return (overlays_dir(state), false);
+    };
+    let root = parent.join(BESIDE_WORKSPACE);
+    let _ = std::fs::DirBuilder::new().mode(0o700).create(&root);
+    let ours = std::fs::symlink_metadata(&root)
+        .is_ok_and(|m| m.file_type().is_dir() && m.uid() == nix::unistd::geteuid().as_raw() && m.mode() & 0o077 == 0);
+    if ours {
+        (root, true)
+    } else {
+        (overlays_dir(state), false)
+    }
+}
+
 /// Overlay option values cannot carry `,` `:` or `\` unescaped; such paths are refused.
 pub fn path_usable_for_overlay(p: &Path) -> bool {
     !p.as_os_str()
@@ -111,7 +149,18 @@ impl Capture {
         let nanos = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
-        let dir = overlays_dir(state).join(format!("{}-{nanos}", std::process::id()));
+        let name = format!("{}-{nanos}", std::process::id());
+        let (root, beside) = capture_root(state, workspace);
+        let dir = root.join(&name);
+        // The link first: a capture recovery cannot find would never be cleaned.
+        let link = if beside {
+            let link = overlays_dir(state).join(&name);
+            std::fs::create_dir_all(overlays_dir(state)).map_err(|e| err(&link, e))?;
+            std::os::unix::fs::symlink(&dir, &link).map_err(|e| err(&link, e))?;
+            Some(link)
+        } else {
+            None
+        };
         for d in [dir.join("upper"), dir.join("work")] {
             std::fs::create_dir_all(&d).map_err(|e| err(&d, e))?;
         }
@@ -122,6 +171,7 @@ impl Capture {
         Ok(Capture {
             dir,
             workspace: workspace.to_path_buf(),
+            link,
             _lock: lock,
             started: SystemTime::now(),
         })
@@ -137,12 +187,25 @@ impl Capture {
 
     /// Classify the capture and land it, or not, as the policy says.
     pub fn finish(self, globs: &PathGlobs, drop_violations: bool) -> Result<Outcome, WorkspaceError> {
-        land(&self.dir, &self.workspace, globs, drop_violations, self.started)
+        let out = land(&self.dir, &self.workspace, globs, drop_violations, self.started);
+        // Landed or rolled back, the capture is gone; an error keeps it (and
+        // its link) for the next start to finish.
+        if out.is_ok() {
+            self.unlink();
+        }
+        out
+    }
+
+    fn unlink(&self) {
+        if let Some(link) = &self.link {
+            let _ = std::fs::remove_file(link);
+        }
     }
 
     /// Throw the capture away unlooked-at (the command never started).
     pub fn discard(self) {
         remove_capture(&self.dir);
+        self.unlink();
     }
 
     /// Files where a preview run's stdout, stderr and exit code are kept.
@@ -171,12 +234,21 @@ impl Capture {
         }
         .walk(Path::new(""))?;
         let digest = preview_digest(&self.dir)?;
-        let dest = state.join("previews").join(&digest[7..39]);
+        // Beside the capture, so that keeping it, and later landing it, are renames.
+        let previews = match &self.link {
+            Some(_) => self
+                .dir
+                .parent()
+                .map_or_else(|| state.join("previews"), |r| r.join("previews")),
+            None => state.join("previews"),
+        };
+        let dest = previews.join(&digest[7..39]);
         std::fs::create_dir_all(dest.parent().expect("has a parent")).map_err(|e| err(&dest, e))?;
         if dest.exists() {
             remove_capture(&dest);
         }
         std::fs::rename(&self.dir, &dest).map_err(|e| err(&self.dir, e))?;
+        self.unlink();
         Ok(Preview {
             dir: dest,
             digest,
@@ -574,7 +646,19 @@ pub fn recover(state: &Path) -> Vec<String> {
         return report;
     };
     for e in rd.flatten() {
-        let dir = e.path();
+        // A capture beside its workspace is listed here as a symlink to it.
+        let link = e.file_type().is_ok_and(|t| t.is_symlink()).then(|| e.path());
+        let dir = match &link {
+            Some(l) => match std::fs::read_link(l) {
+                Ok(target) if target.is_dir() => target,
+                // Its capture is gone (or was never made): nothing to recover.
+                _ => {
+                    let _ = std::fs::remove_file(l);
+                    continue;
+                }
+            },
+            None => e.path(),
+        };
         let Ok(file) = std::fs::File::open(dir.join(LOCK)) else {
             continue;
         };
@@ -589,6 +673,9 @@ pub fn recover(state: &Path) -> Vec<String> {
                 Ok(()) => {
                     report.push(format!("finished an interrupted commit into {}", j.workspace.display()));
                     cleanup(&dir, &j.workspace);
+                    if let Some(l) = &link {
+                        let _ = std::fs::remove_file(l);
+                    }
                 }
                 Err(e) => report.push(format!(
                     "could not finish an interrupted commit ({e}); left in {}",
@@ -597,6 +684,9 @@ pub fn recover(state: &Path) -> Vec<String> {
             },
             None => {
                 remove_capture(&dir);
+                if let Some(l) = &link {
+                    let _ = std::fs::remove_file(l);
+                }
                 report.push("discarded the capture of an interrupted run (nothing of it had landed)".into());
             }
         }
