@@ -306,6 +306,9 @@ pub fn run(
     // A sandbox that already failed has no reader left: the error pipe says why.
     let _ = go_w.write_all(b"1");
     drop(go_w);
+    if let Some(c) = &cgroup {
+        c.sweep();
+    }
 
     let (status, timed_out, reaped) = supervise(pid, &pidfd, status_r, plan.timeout_ms.map(Duration::from_millis));
     let duration = started.elapsed();
@@ -434,16 +437,20 @@ impl PidsCgroup {
         Ok(c)
     }
 
-    /// Make the cgroup with its limit, and remove those of launchers gone.
+    /// Make the cgroup with its limit.
     fn create(&mut self) -> Result<(), ApplyError> {
         let dir = &self.dir;
         std::fs::create_dir(dir).map_err(|e| setup(CGROUP_STEP, format!("{}: {e}", dir.display())))?;
         self.created = true;
         std::fs::write(dir.join("pids.max"), self.max.to_string()).map_err(|e| setup(CGROUP_STEP, e))?;
-        if let Some(base) = dir.parent() {
+        Ok(())
+    }
+
+    /// Remove the cgroups of launchers gone (done while the command runs).
+    fn sweep(&self) {
+        if let Some(base) = self.dir.parent() {
             sweep_stale(base);
         }
-        Ok(())
     }
 
     fn name(&self) -> String {
