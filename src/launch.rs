@@ -342,10 +342,11 @@ fn env_digest(policy: &Policy, ws: &Path, cwd: &Path) -> String {
     approval::sha256_hex(text.join("\0").as_bytes())
 }
 
-/// Whether this policy needs the overlay workspace (globs that are not `DIR/**`).
+/// Whether this policy needs the overlay workspace: it asks for it, or its
+/// globs are not all `DIR/**`.
 fn needs_overlay(policy: &Policy) -> bool {
     policy.profile() == Profile::WorkspaceWrite
-        && matches!(plan::writable_trees(policy), Err(plan::PlanError::GlobNeedsOverlay(_)))
+        && (policy.overlay() || matches!(plan::writable_trees(policy), Err(plan::PlanError::GlobNeedsOverlay(_))))
 }
 
 /// Finish interrupted commits and discard dead captures; lines for stderr.

@@ -334,3 +334,42 @@ fn captures_live_on_the_workspaces_filesystem_so_landing_is_a_rename() {
     assert_eq!(std::fs::read_dir(&captures).unwrap().count(), 0);
     assert_eq!(std::fs::read_dir(w.state.join("overlays")).unwrap().count(), 0);
 }
+
+#[test]
+fn overlay_true_keeps_protected_paths_that_do_not_exist_yet_from_ever_appearing() {
+    // `overlay = true` captures every write even without globs: a protected
+    // path the run creates never exists in the real workspace, not even
+    // while the run goes on, and the whole run is all-or-nothing.
+    let w = world();
+    // `tee`, not a redirect: the gate refuses redirects into protected paths.
+    let script = "echo fine > notes.txt; mkdir -p .tether && echo x | tee .tether/planted >/dev/null; sleep 1";
+    let during = |toml: &str| {
+        let p = w.policy(toml);
+        let child = Command::new(bin())
+            .arg("--state-dir")
+            .arg(&w.state)
+            .args(["run", "--policy", p.to_str().unwrap(), "-c", script])
+            .current_dir(&w.ws)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(600));
+        let seen = exists(&w.ws.join(".tether/planted"));
+        (seen, child.wait_with_output().unwrap())
+    };
+    let (seen, o) = during("overlay = true\n");
+    assert!(!seen, "the planted file appeared in the workspace during the run");
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    assert!(text(&o).contains(".tether"), "{}", text(&o));
+    assert!(
+        !exists(&w.ws.join(".tether")) && !exists(&w.ws.join("notes.txt")),
+        "nothing lands"
+    );
+    // Control: in bind mode the file exists while the run goes on (it is
+    // only moved aside afterwards).
+    let (seen, o) = during("profile = \"workspace-write\"\n");
+    assert!(seen, "control: {}", text(&o));
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+}

@@ -130,6 +130,7 @@ pub struct PolicyDoc {
     protected: Option<Vec<String>>,
     landlock_min_abi: Option<u8>,
     on_violation: Option<OnViolation>,
+    overlay: Option<bool>,
     approval_ttl_seconds: Option<u64>,
     limits: Option<Limits>,
 }
@@ -378,6 +379,7 @@ pub fn validate(doc: PolicyDoc, text: &str, file: &str) -> Result<Layer, PolicyE
         protected: doc.protected.unwrap_or_default(),
         landlock_min_abi: doc.landlock_min_abi.unwrap_or(1),
         on_violation: doc.on_violation.unwrap_or(OnViolation::Rollback),
+        overlay: doc.overlay.unwrap_or(false),
         approval_ttl_seconds: doc.approval_ttl_seconds,
         max_output_chars: doc.max_output_chars,
         workspace_root: doc.workspace_root,

@@ -196,6 +196,9 @@ pub struct Layer {
     pub protected: Vec<String>,
     pub landlock_min_abi: u8,
     pub on_violation: OnViolation,
+    /// Capture every write of a writable run in the overlay workspace, even
+    /// when the globs are directory trees (or there are none).
+    pub overlay: bool,
     pub approval_ttl_seconds: Option<u64>,
     pub max_output_chars: Option<u64>,
     pub workspace_root: Option<String>,
@@ -267,6 +270,9 @@ pub struct Effective<'a> {
     pub env_passthrough: Vec<String>,
     pub landlock_min_abi: u8,
     pub on_violation: OnViolation,
+    /// Absent when false, so that policies without it keep their digest.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub overlay: bool,
     pub approval_ttl_seconds: u64,
     pub max_output_chars: Option<u64>,
     pub limits: Limits,
@@ -314,6 +320,11 @@ impl Policy {
             .map(|l| l.on_violation)
             .min()
             .unwrap_or(OnViolation::Rollback)
+    }
+
+    /// Any layer asking for the overlay workspace gets it (narrowing only adds checks).
+    pub fn overlay(&self) -> bool {
+        self.layers.iter().any(|l| l.overlay)
     }
 
     pub fn approval_ttl_seconds(&self) -> u64 {
@@ -378,6 +389,7 @@ impl Policy {
             env_passthrough: self.env_passthrough(),
             landlock_min_abi: self.landlock_min_abi(),
             on_violation: self.on_violation(),
+            overlay: self.overlay(),
             approval_ttl_seconds: self.approval_ttl_seconds(),
             max_output_chars: self.max_output_chars(),
             limits: self.limits(),
