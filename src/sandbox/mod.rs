@@ -70,6 +70,7 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>) -> Hos
             }
         }
     }
+    let extra_tool_dirs = without_nested(extra_tool_dirs);
     let mut venv_prefixes = Vec::new();
     for name in [".venv", "venv"] {
         if let Ok(cfg) = std::fs::read_to_string(workspace.join(name).join("pyvenv.cfg")) {
@@ -156,6 +157,16 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>) -> Hos
     }
 }
 
+/// Directories not inside another one of the list: a bind of the outer one
+/// already exposes them (and one bound before its ancestor would only end
+/// up hidden beneath it). Order kept.
+fn without_nested(dirs: Vec<PathBuf>) -> Vec<PathBuf> {
+    dirs.iter()
+        .filter(|d| !dirs.iter().any(|o| o != *d && d.starts_with(o)))
+        .cloned()
+        .collect()
+}
+
 /// What to expose for a PATH directory: version-manager shims need their
 /// manager's root (`~/.pyenv/shims` → `~/.pyenv`), an interpreter's `bin`
 /// needs its prefix (`.../3.12/bin` → `.../3.12`, which has `lib/`). Never the
@@ -217,4 +228,29 @@ pub fn scan_secrets(workspace: &Path) -> Vec<PathBuf> {
     }
     out.sort();
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tool_directories_inside_another_are_not_bound_again() {
+        let dirs: Vec<PathBuf> = [
+            "/root/.pyenv/plugins/pyenv-virtualenv",
+            "/root/.cargo/bin",
+            "/root/.pyenv",
+            "/root/.pyenv-other",
+        ]
+        .iter()
+        .map(PathBuf::from)
+        .collect();
+        assert_eq!(
+            without_nested(dirs),
+            ["/root/.cargo/bin", "/root/.pyenv", "/root/.pyenv-other"]
+                .iter()
+                .map(PathBuf::from)
+                .collect::<Vec<_>>()
+        );
+    }
 }
