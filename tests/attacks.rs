@@ -779,6 +779,18 @@ fn exit_codes_follow_the_contract() {
 }
 
 #[test]
+fn a_closed_pipe_ends_its_writer_as_outside() {
+    // The launcher ignores SIGPIPE (as every Rust program does); the command
+    // must not inherit that, or `yes | head` would spin on EPIPE.
+    let w = World::new();
+    let script = "yes | head -1 >/dev/null; echo ${PIPESTATUS[0]}";
+    let c = w.control(script);
+    assert_eq!(String::from_utf8_lossy(&c.stdout).trim(), "141", "control");
+    let o = w.run(script);
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "141", "{}", text(&o));
+}
+
+#[test]
 fn stdin_passes_through_and_outputs_stay_separate() {
     let w = World::new();
     let mut c = Command::new(bin())

@@ -525,6 +525,20 @@ fn write_id_maps(pid: libc::pid_t, plan: &Plan) -> Result<(), ApplyError> {
     Ok(())
 }
 
+/// Block or unblock the forwarded signals in this process.
+fn set_forwarded_blocked(blocked: bool) {
+    // SAFETY: sigset operations on a local, zero-initialised sigset_t.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for s in FORWARDED_SIGNALS {
+            libc::sigaddset(&mut set, s);
+        }
+        let how = if blocked { libc::SIG_BLOCK } else { libc::SIG_UNBLOCK };
+        libc::sigprocmask(how, &set, std::ptr::null_mut());
+    }
+}
+
 /// Signals passed from the harness to init, and from init to the command.
 const FORWARDED_SIGNALS: [libc::c_int; 6] = [
     libc::SIGINT,
@@ -683,6 +697,9 @@ fn init(
     // Die with tether-exec; then the kernel kills the whole namespace.
     // SAFETY: prctl with integer arguments only.
     unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) };
+    // As pid 1 without handlers, init would drop the signals the launcher
+    // forwards during set-up: hold them until `reap` can pass them on.
+    set_forwarded_blocked(true);
     // Wait until the parent has written our id maps (or died: EOF).
     let mut b = [0u8; 1];
     let mut f = std::fs::File::from(sync);
@@ -785,6 +802,8 @@ fn reap(child: libc::pid_t, report: OwnedFd) -> ! {
         // SAFETY: installing an async-signal-safe handler (it only calls kill).
         unsafe { libc::signal(s, forward as *const () as libc::sighandler_t) };
     }
+    // Signals that came during set-up are delivered now, to the command.
+    set_forwarded_blocked(false);
     loop {
         let mut status = 0;
         // SAFETY: waitpid(-1) with a valid status pointer.
@@ -1101,13 +1120,16 @@ fn loopback_up() -> std::io::Result<()> {
 
 /// The command process: final confinement, then execve. Never returns.
 fn command(plan: &Plan, prep: &Prepared, err: &OwnedFd, io: ChildIo, ready: OwnedFd) -> ! {
-    // Back to default signal handling and an empty mask (the parent blocked none
-    // yet, but be explicit: the command must see signals normally).
-    // SAFETY: setsid in a fresh child; sigprocmask with a zeroed set.
+    // Back to default signal handling and an empty mask: init blocks the
+    // signals it forwards, and the Rust runtime ignores SIGPIPE, which an
+    // exec would keep (`yes | head -1` must end `yes` by SIGPIPE, as outside).
+    // SAFETY: setsid in a fresh child; signal with SIG_DFL; sigprocmask with
+    // a zeroed set.
     unsafe {
         if libc::setsid() < 0 {
             fail(err, "setsid", errno(), 125);
         }
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
         libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
