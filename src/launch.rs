@@ -273,6 +273,21 @@ pub fn run(req: &Request, stdin_is_tty: bool) -> Finished {
             }
         }
         Verdict::Allow => {
+            // A run that fails before its sandbox exists is still a decision
+            // on record and a proposal counted.
+            let not_started = |mut receipt: Receipt, why: String, on_record: Box<dyn FnOnce() -> _>| {
+                let mut lines = vec![why];
+                match on_record() {
+                    Ok((_, seq)) => receipt.audit_seq = Some(seq),
+                    Err(e) => lines.push(e),
+                }
+                Finished {
+                    code: exit::INTERNAL,
+                    receipt,
+                    stderr: lines,
+                    replay: None,
+                }
+            };
             let recovered = recover(&req.state_dir);
             let capture = match needs_overlay(&policy)
                 .then(|| Capture::create(&req.state_dir, &req.workspace))
@@ -280,10 +295,10 @@ pub fn run(req: &Request, stdin_is_tty: bool) -> Finished {
             {
                 Ok(c) => c,
                 Err(e) => {
-                    return Finished::new(
-                        exit::INTERNAL,
+                    return not_started(
                         receipt,
                         format!("tether-exec: cannot prepare the overlay workspace: {e}"),
+                        Box::new(on_record),
                     )
                 }
             };
@@ -296,7 +311,12 @@ pub fn run(req: &Request, stdin_is_tty: bool) -> Finished {
                 capture.as_ref(),
             ) {
                 Ok(p) => p,
-                Err(e) => return Finished::new(exit::INTERNAL, receipt, e),
+                Err(e) => {
+                    if let Some(c) = capture {
+                        c.discard();
+                    }
+                    return not_started(receipt, e, Box::new(on_record));
+                }
             };
             let mut done = execute(
                 &plan,

@@ -147,3 +147,32 @@ fn concurrent_runs_keep_the_chain() {
     assert_eq!(code, 0, "{out}");
     assert_eq!(log_lines(&w).len(), 32);
 }
+
+#[test]
+fn a_run_that_cannot_be_planned_is_still_on_record() {
+    let w = World::new();
+    // The planner refuses a state directory the command could reach.
+    let inside = w.ws.join("state-inside");
+    let o = Command::new(bin())
+        .arg("--state-dir")
+        .arg(&inside)
+        .args(["run", "-c", "touch ran.txt"])
+        .current_dir(&w.ws)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(125), "{}", text(&o));
+    assert!(!exists(&w.ws.join("ran.txt")), "nothing ran");
+    let log = std::fs::read_to_string(inside.join("audit/log.jsonl")).unwrap();
+    let kinds: Vec<&str> = log
+        .lines()
+        .map(|l| {
+            if l.contains("\"kind\":\"decision\"") {
+                "decision"
+            } else {
+                "other"
+            }
+        })
+        .collect();
+    assert_eq!(kinds, ["decision"], "{log}");
+}
