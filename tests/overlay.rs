@@ -373,3 +373,66 @@ fn overlay_true_keeps_protected_paths_that_do_not_exist_yet_from_ever_appearing(
     assert!(seen, "control: {}", text(&o));
     assert_eq!(o.status.code(), Some(77), "{}", text(&o));
 }
+
+#[test]
+fn captures_never_go_where_someone_else_could_swap_them() {
+    // A workspace whose parent anyone may write into (no sticky bit): a
+    // capture beside it could be moved away and replaced, so it stays in
+    // the state directory (and lands by copy across filesystems).
+    let w = World::new();
+    let shm = tempfile::Builder::new()
+        .prefix("tether-test-")
+        .tempdir_in("/dev/shm")
+        .unwrap();
+    let open = shm.path().join("shared");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let ws = open.join("ws");
+    std::fs::create_dir_all(ws.join("docs")).unwrap();
+    let policy = w.policy(MD);
+    let o = Command::new(bin())
+        .arg("--state-dir")
+        .arg(&w.state)
+        .args([
+            "run",
+            "--policy",
+            policy.to_str().unwrap(),
+            "-c",
+            "printf 1 > docs/one.md",
+        ])
+        .current_dir(&ws)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(std::fs::read_to_string(ws.join("docs/one.md")).unwrap(), "1");
+    assert!(
+        !exists(&open.join(".tether-exec-captures")),
+        "no capture beside a shared parent"
+    );
+}
+
+#[test]
+fn a_journal_naming_a_path_outside_the_workspace_is_not_applied() {
+    let w = world();
+    // An interrupted capture (its launcher is long gone) whose journal was
+    // tampered with to move a file out of the workspace.
+    let capture = w.state.join("overlays").join("99999999-1");
+    std::fs::create_dir_all(capture.join("upper")).unwrap();
+    std::fs::write(capture.join("lock"), "").unwrap();
+    std::fs::write(capture.join("escaped.txt"), "x").unwrap();
+    let rel: Vec<u8> = b"../escaped.txt".to_vec();
+    let journal = serde_json::json!({ "workspace": w.ws, "ops": [ { "Move": rel } ] });
+    std::fs::write(capture.join("journal.json"), journal.to_string()).unwrap();
+    let o = w.run("true");
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("outside the workspace"), "{}", text(&o));
+    assert!(
+        !exists(&w.ws.parent().unwrap().join("escaped.txt")),
+        "nothing left the workspace"
+    );
+    assert!(
+        exists(&capture.join("escaped.txt")),
+        "the capture is kept for a human to look at"
+    );
+}

@@ -114,6 +114,12 @@ pub const BESIDE_WORKSPACE: &str = ".tether-exec-captures";
 /// or found as a real directory owned by us with no access for others
 /// (a parent like /tmp is shared). When neither works, the state directory,
 /// and landing copies.
+///
+/// Every directory from the workspace's parent up to `/` must be one that
+/// nobody but us and root can rename entries in (owned by us or root, and not
+/// writable by group or others unless sticky, like /tmp): otherwise someone
+/// could move our directory away and put theirs, with a journal of their own,
+/// in its place.
 pub fn capture_root(state: &Path, workspace: &Path) -> (PathBuf, bool) {
     use std::os::unix::fs::DirBuilderExt;
     let dev = |p: &Path| std::fs::metadata(p).map(|m| m.dev()).ok();
@@ -121,7 +127,10 @@ pub fn capture_root(state: &Path, workspace: &Path) -> (PathBuf, bool) {
     if ws_dev.is_none() || dev(state) == ws_dev {
         return (overlays_dir(state), false);
     }
-    let Some(parent) = workspace.parent().filter(|p| dev(p) == ws_dev) else {
+    let Some(parent) = workspace
+        .parent()
+        .filter(|p| dev(p) == ws_dev && p.ancestors().all(only_ours_to_rename_in))
+    else {
         return (overlays_dir(state), false);
     };
     let root = parent.join(BESIDE_WORKSPACE);
@@ -133,6 +142,23 @@ pub fn capture_root(state: &Path, workspace: &Path) -> (PathBuf, bool) {
     } else {
         (overlays_dir(state), false)
     }
+}
+
+/// Whether only we and root can rename or replace what `dir` holds.
+fn only_ours_to_rename_in(dir: &Path) -> bool {
+    let me = nix::unistd::geteuid().as_raw();
+    std::fs::symlink_metadata(dir).is_ok_and(|m| {
+        m.file_type().is_dir() && (m.uid() == me || m.uid() == 0) && (m.mode() & 0o022 == 0 || m.mode() & 0o1000 != 0)
+    })
+}
+
+/// Whether the launcher that made a capture (its name starts with its pid) still runs.
+fn maker_alive(name: &std::ffi::OsStr) -> bool {
+    let pid = name
+        .to_str()
+        .and_then(|n| n.split('-').next())
+        .and_then(|p| p.parse::<u32>().ok());
+    pid.is_some_and(|p| p != std::process::id() && Path::new(&format!("/proc/{p}")).exists())
 }
 
 /// Overlay option values cannot carry `,` `:` or `\` unescaped; such paths are refused.
@@ -152,7 +178,16 @@ impl Capture {
         let name = format!("{}-{nanos}", std::process::id());
         let (root, beside) = capture_root(state, workspace);
         let dir = root.join(&name);
-        // The link first: a capture recovery cannot find would never be cleaned.
+        for d in [dir.join("upper"), dir.join("work")] {
+            std::fs::create_dir_all(&d).map_err(|e| err(&d, e))?;
+        }
+        let lock_path = dir.join(LOCK);
+        let file = std::fs::File::create(&lock_path).map_err(|e| err(&lock_path, e))?;
+        let lock = lock_exclusive(file, true)
+            .ok_or_else(|| err(&lock_path, std::io::Error::other("cannot lock the capture")))?;
+        // Recovery finds a capture beside the workspace through this link.
+        // Nothing has been written through the capture yet, so a launcher
+        // killed before the link exists leaves only an empty capture behind.
         let link = if beside {
             let link = overlays_dir(state).join(&name);
             std::fs::create_dir_all(overlays_dir(state)).map_err(|e| err(&link, e))?;
@@ -161,13 +196,6 @@ impl Capture {
         } else {
             None
         };
-        for d in [dir.join("upper"), dir.join("work")] {
-            std::fs::create_dir_all(&d).map_err(|e| err(&d, e))?;
-        }
-        let lock_path = dir.join(LOCK);
-        let file = std::fs::File::create(&lock_path).map_err(|e| err(&lock_path, e))?;
-        let lock = lock_exclusive(file, true)
-            .ok_or_else(|| err(&lock_path, std::io::Error::other("cannot lock the capture")))?;
         Ok(Capture {
             dir,
             workspace: workspace.to_path_buf(),
@@ -549,6 +577,22 @@ fn trash_dir(dir: &Path, ws: &Path) -> PathBuf {
 
 /// Apply a journal. Every step checks whether it already happened.
 fn apply(dir: &Path, j: &Journal) -> Result<(), WorkspaceError> {
+    // Every step names a path inside the workspace: relative, no `..`.
+    let inside = |r: &[u8]| {
+        Path::new(std::ffi::OsStr::from_bytes(r))
+            .components()
+            .all(|c| matches!(c, std::path::Component::Normal(_)))
+    };
+    if !j.workspace.is_absolute()
+        || !j.ops.iter().all(|op| match op {
+            Op::Remove(r) | Op::MakeDir(r, _) | Op::Move(r) => inside(r),
+        })
+    {
+        return Err(err(
+            &dir.join(JOURNAL),
+            std::io::Error::other("the journal names a path outside the workspace; not applied"),
+        ));
+    }
     let upper = dir.join("upper");
     let trash = trash_dir(dir, &j.workspace);
     for (i, op) in j.ops.iter().enumerate() {
@@ -646,6 +690,11 @@ pub fn recover(state: &Path) -> Vec<String> {
         return report;
     };
     for e in rd.flatten() {
+        // Another launcher's capture, being made or in use (its lock may not
+        // be taken yet): not ours to touch.
+        if maker_alive(&e.file_name()) {
+            continue;
+        }
         // A capture beside its workspace is listed here as a symlink to it.
         let link = e.file_type().is_ok_and(|t| t.is_symlink()).then(|| e.path());
         let dir = match &link {
