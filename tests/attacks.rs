@@ -852,3 +852,32 @@ fn refused_commands_never_start() {
     );
     assert!(!exists(&w.ws.join("started.txt")), "part of a refused script ran");
 }
+
+#[test]
+fn a_read_only_path_holding_the_state_directory_does_not_show_it() {
+    // The policy shows a whole directory read-only; the state directory (held
+    // actions, the audit log) happens to be inside it.
+    let base = tempfile::Builder::new()
+        .prefix("tether-test-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    let (ws, state) = (base.path().join("ws"), base.path().join("state"));
+    std::fs::create_dir_all(&ws).unwrap();
+    let policy = base.path().join("policy.toml");
+    std::fs::write(&policy, format!("read_only_paths = [{:?}]\n", base.path())).unwrap();
+    let log = state.join("audit/log.jsonl");
+    let script = format!("cat {}", log.display());
+    let o = Command::new(bin())
+        .arg("--state-dir")
+        .arg(&state)
+        .args(["run", "--policy", policy.to_str().unwrap(), "-c", &script])
+        .current_dir(&ws)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!o.status.success(), "the audit log was readable inside: {}", text(&o));
+    assert!(!String::from_utf8_lossy(&o.stdout).contains("\"seq\""), "{}", text(&o));
+    // Control: the log is there and readable outside.
+    let c = Command::new("bash").arg("-c").arg(&script).output().unwrap();
+    assert!(String::from_utf8_lossy(&c.stdout).contains("\"seq\""), "control");
+}

@@ -154,6 +154,12 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>) -> Hos
                 std::fs::canonicalize(&p).is_ok_and(|real| real == p && real.is_dir())
             })
             .collect(),
+        launcher_dirs: workspace
+            .parent()
+            .map(|p| p.join(crate::workspace::overlay::BESIDE_WORKSPACE))
+            .filter(|d| d.is_dir())
+            .into_iter()
+            .collect(),
     }
 }
 

@@ -137,6 +137,9 @@ pub struct HostFacts {
     /// Trees of `writable_trees` that exist as real directories (no symlink on
     /// the way: a symlinked tree must never become a write grant elsewhere).
     pub writable_trees_present: Vec<String>,
+    /// tether-exec's own directories outside the state directory that exist
+    /// (captures beside the workspace): hidden wherever a bind would show them.
+    pub launcher_dirs: Vec<PathBuf>,
 }
 
 /// Environment names tether passes into the sandbox (its allowlist).
@@ -329,14 +332,23 @@ pub fn build(
             writable: false,
         });
     }
+    let mut shown: Vec<PathBuf> = extra.clone();
     for p in policy.read_only_paths() {
         let p = PathBuf::from(p);
         if !p.starts_with(state_dir) {
             mounts.push(Mount::Bind {
                 src: p.clone(),
-                dst: p,
+                dst: p.clone(),
                 writable: false,
             });
+            shown.push(p);
+        }
+    }
+    // A read-only path that holds the state directory or a capture beside the
+    // workspace would show keys, held actions and other runs' writes: hide them.
+    for d in std::iter::once(state_dir).chain(facts.launcher_dirs.iter().map(PathBuf::as_path)) {
+        if shown.iter().any(|p| d.starts_with(p)) {
+            mounts.push(Mount::MaskDir { dst: d.to_path_buf() });
         }
     }
 
@@ -592,6 +604,33 @@ mod tests {
             writable: false
         }));
         assert!(p.landlock.rules.contains(&("/w".into(), Access::Read)));
+    }
+
+    #[test]
+    fn a_read_only_path_holding_our_directories_does_not_show_them() {
+        let mut f = facts();
+        f.launcher_dirs = vec!["/home/u/.tether-exec-captures".into()];
+        let p = build(
+            &policy("read_only_paths = [\"/home/u\"]"),
+            &f,
+            Path::new("/home/u/w"),
+            Path::new("/home/u/w"),
+            vec![],
+            Path::new("/home/u/.local/state/tether-exec"),
+        )
+        .unwrap();
+        let bind = p
+            .mounts
+            .iter()
+            .position(|m| matches!(m, Mount::Bind { src, .. } if src == Path::new("/home/u")));
+        for d in ["/home/u/.local/state/tether-exec", "/home/u/.tether-exec-captures"] {
+            let mask = p.mounts.iter().position(|m| *m == Mount::MaskDir { dst: d.into() });
+            assert!(
+                mask.is_some() && mask > bind,
+                "{d} hidden after the bind: {:?}",
+                p.mounts
+            );
+        }
     }
 
     #[test]
