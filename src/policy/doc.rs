@@ -346,6 +346,19 @@ pub fn validate(doc: PolicyDoc, text: &str, file: &str) -> Result<Layer, PolicyE
                 "write the absolute host path to expose read-only, e.g. \"/opt/toolchain\"",
             ));
         }
+        // The sandbox has its own /tmp, /dev and /proc: a host path there
+        // would be covered by them and silently not shown.
+        let own = ["/tmp", "/dev", "/proc"]
+            .into_iter()
+            .find(|d| p == d || p.strip_prefix(d).is_some_and(|rest| rest.starts_with('/')));
+        if let Some(d) = own {
+            return Err(invalid(
+                file,
+                locate(text, "read_only_paths", p),
+                format!("read_only_paths entry `{p}` is under {d}, which the sandbox has its own of: it would not be visible"),
+                "keep what the command needs outside /tmp, /dev and /proc (for example under /opt or /srv), or inside the workspace",
+            ));
+        }
     }
     for name in doc.env_passthrough.iter().flatten() {
         let ok = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');

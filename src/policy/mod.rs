@@ -498,6 +498,20 @@ mod tests {
     }
 
     #[test]
+    fn read_only_paths_the_sandbox_would_cover_are_refused_with_the_reason() {
+        for p in ["/tmp/x", "/dev/sda", "/proc"] {
+            let e = Layer::parse(&format!("read_only_paths = [\"{p}\"]"), "p.toml", Format::Toml).unwrap_err();
+            assert!(e.to_string().contains("would not be visible"), "{p}: {e}");
+        }
+        for p in ["/opt/x", "/tmpfoo", "/srv/dev"] {
+            assert!(
+                Layer::parse(&format!("read_only_paths = [\"{p}\"]"), "p.toml", Format::Toml).is_ok(),
+                "{p}"
+            );
+        }
+    }
+
+    #[test]
     fn digest_is_stable_and_sensitive() {
         let a = Policy::embedded_default();
         let b = Policy::embedded_default();
