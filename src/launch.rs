@@ -273,21 +273,6 @@ pub fn run(req: &Request, stdin_is_tty: bool) -> Finished {
             }
         }
         Verdict::Allow => {
-            // A run that fails before its sandbox exists is still a decision
-            // on record and a proposal counted.
-            let not_started = |mut receipt: Receipt, why: String, on_record: Box<dyn FnOnce() -> _>| {
-                let mut lines = vec![why];
-                match on_record() {
-                    Ok((_, seq)) => receipt.audit_seq = Some(seq),
-                    Err(e) => lines.push(e),
-                }
-                Finished {
-                    code: exit::INTERNAL,
-                    receipt,
-                    stderr: lines,
-                    replay: None,
-                }
-            };
             let recovered = recover(&req.state_dir);
             let capture = match needs_overlay(&policy)
                 .then(|| Capture::create(&req.state_dir, &req.workspace))
@@ -298,7 +283,7 @@ pub fn run(req: &Request, stdin_is_tty: bool) -> Finished {
                     return not_started(
                         receipt,
                         format!("tether-exec: cannot prepare the overlay workspace: {e}"),
-                        Box::new(on_record),
+                        on_record,
                     )
                 }
             };
@@ -315,7 +300,7 @@ pub fn run(req: &Request, stdin_is_tty: bool) -> Finished {
                     if let Some(c) = capture {
                         c.discard();
                     }
-                    return not_started(receipt, e, Box::new(on_record));
+                    return not_started(receipt, e, on_record);
                 }
             };
             let mut done = execute(
@@ -332,6 +317,26 @@ pub fn run(req: &Request, stdin_is_tty: bool) -> Finished {
             done.stderr.splice(0..0, recovered);
             done
         }
+    }
+}
+
+/// A run that fails before its sandbox exists is still a decision on record
+/// and a proposal counted.
+fn not_started(
+    mut receipt: Receipt,
+    why: String,
+    on_record: impl FnOnce() -> Result<(AuditLog, u64), String>,
+) -> Finished {
+    let mut stderr = vec![why];
+    match on_record() {
+        Ok((_, seq)) => receipt.audit_seq = Some(seq),
+        Err(e) => stderr.push(e),
+    }
+    Finished {
+        code: exit::INTERNAL,
+        receipt,
+        stderr,
+        replay: None,
     }
 }
 

@@ -217,10 +217,9 @@ pub fn filters() -> Result<Vec<BpfProgram>, SeccompError> {
     let allow = ret(libc::SECCOMP_RET_ALLOW);
     let eperm = ret(libc::SECCOMP_RET_ERRNO | libc::EPERM as u32);
     let enosys = ret(libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32);
-    let mut blocks: Vec<(Verdict, Vec<Insn>)> = vec![
-        (Verdict::Allow, vec![allow]),
-        (Verdict::Eperm, vec![eperm]),
-        (Verdict::Enosys, vec![enosys]),
+    // Blocks that jump to another verdict come before it (BPF jumps only
+    // forward): the argument checks first, the returns last.
+    let blocks: Vec<(Verdict, Vec<Insn>)> = vec![
         (
             Verdict::NamespaceFlags,
             vec![
@@ -259,10 +258,10 @@ pub fn filters() -> Result<Vec<BpfProgram>, SeccompError> {
                 ),
             ],
         ),
+        (Verdict::Allow, vec![allow]),
+        (Verdict::Eperm, vec![eperm]),
+        (Verdict::Enosys, vec![enosys]),
     ];
-    // Blocks that jump to another verdict must come before it (BPF jumps
-    // only forward): put the argument checks first, the returns last.
-    blocks.rotate_left(3);
     let mut start = std::collections::HashMap::new();
     let mut at = asm.code.len();
     for (v, b) in &blocks {
