@@ -723,6 +723,39 @@ fn netlink_sees_only_the_sandbox_loopback() {
     );
 }
 
+#[test]
+fn no_network_namespace_means_nothing_runs() {
+    // Inside a user namespace whose limit on network namespaces is 0, the
+    // sandbox cannot get one: the run must stop before the command, naming the
+    // step, rather than fall back to the host's network.
+    let w = World::new();
+    let run = |limit: &str| {
+        let script = format!(
+            "{limit} exec {} --state-dir {} run -- touch {}/ran.txt",
+            bin().display(),
+            w.state.display(),
+            w.ws.display()
+        );
+        Command::new("unshare")
+            .args(["--user", "--map-root-user", "sh", "-c", &script])
+            .current_dir(&w.ws)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let o = run("echo 0 > /proc/sys/user/max_net_namespaces &&");
+    assert_eq!(o.status.code(), Some(125), "{}", text(&o));
+    assert!(text(&o).contains("create the network namespace"), "{}", text(&o));
+    assert!(
+        !exists(&w.ws.join("ran.txt")),
+        "the command ran without a network namespace"
+    );
+    // Control: the same wrapper without the limit runs the command.
+    let c = run("");
+    assert!(c.status.success(), "control: {}", text(&c));
+    assert!(exists(&w.ws.join("ran.txt")), "control");
+}
+
 // ------------------------------------------------------- everyday programs work
 
 #[test]

@@ -8,13 +8,16 @@
 //!                               runs the caller's `before_exec` work, says go;
 //!                               waits for init's report, enforces the timeout,
 //!                               forwards signals
-//!   └─ clone3(NEWUSER|NEWNS|NEWPID|NEWNET|NEWIPC|NEWUTS)
-//!        init, pid 1            builds the filesystem, forks the command, brings
-//!                               up loopback and sets the hostname meanwhile, then
+//!   └─ clone3(NEWUSER|NEWNS|NEWPID|NEWIPC|NEWUTS)
+//!        init, pid 1            builds the filesystem while a helper makes the
+//!                               network namespace, joins it, forks the command,
+//!                               sets the hostname meanwhile, then
 //!                               reaps and forwards signals. When the command ends
 //!                               it kills and reaps everything else and reports
 //!                               the status. Dies with tether-exec (PDEATHSIG);
 //!                               when it exits the kernel kills the namespace.
+//!          ├─ fork: helper      unshare(NEWNET), loopback up; killed once
+//!          │                    init has joined its namespace
 //!          └─ fork: command     setsid, no_new_privs, caps dropped, fds closed,
 //!                               rlimits, Landlock, seccomp (last), then waits
 //!                               for init's ready and the launcher's go, execve
@@ -199,14 +202,13 @@ pub fn run(
 
     let mut flags =
         (libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS) as u64;
-    if !plan.host_network {
-        flags |= libc::CLONE_NEWNET as u64;
-    }
+    // No CLONE_NEWNET here: init has the network namespace made by a helper
+    // while it builds the filesystem (see `NetnsMaker`).
     flags |= libc::CLONE_PIDFD as u64;
     // As root the sandbox's processes belong to host uid 0, which the kernel
     // exempts from RLIMIT_NPROC: a pids cgroup bounds them instead. It is
     // entered without migrating anyone (see `PidsCgroup`).
-    let mut cgroup = if plan.outer_uid == 0 {
+    let mut cgroup = if plan.pids_cgroup {
         Some(PidsCgroup::locate(plan.pids_max)?)
     } else {
         None
@@ -239,11 +241,10 @@ pub fn run(
     };
     if pid < 0 {
         let e = std::io::Error::last_os_error();
-        let hint = match (e.raw_os_error(), plan.host_network) {
-            (Some(libc::EPERM | libc::ENOSPC), false) => {
-                " (namespaces are restricted here, so network isolation is unavailable: refusing to run un-isolated; see `tether-exec doctor`)"
+        let hint = match e.raw_os_error() {
+            Some(libc::EPERM | libc::ENOSPC) => {
+                " (user namespaces are restricted here, so the sandbox cannot be built: refusing to run un-isolated; see `tether-exec doctor`)"
             }
-            (Some(libc::EPERM | libc::ENOSPC), true) => " (user namespaces are restricted here: see `tether-exec doctor`)",
             _ => "",
         };
         return Err(setup("clone3 into new namespaces", format!("{e}{hint}")));
@@ -707,8 +708,18 @@ fn init(
         // SAFETY: exiting the copied process without destructors.
         unsafe { libc::_exit(125) };
     }
+    // The network namespace costs the kernel about as much as the mounts do;
+    // a helper makes it (and brings up its loopback) meanwhile.
+    let netns = if plan.host_network {
+        None
+    } else {
+        Some(NetnsMaker::start(&err))
+    };
     if let Err((step, e)) = build_filesystem(plan) {
         fail(&err, &step, e, 125);
+    }
+    if let Some(maker) = netns {
+        maker.enter(&err);
     }
     if let Some((base, name)) = cgroup_v1 {
         // Before anything can fork: the whole sandbox descends from here.
@@ -762,11 +773,6 @@ fn init(
     // Nothing inside may ptrace or read the memory of init.
     // SAFETY: prctl with integer arguments only.
     unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0) };
-    if !plan.host_network {
-        if let Err(e) = loopback_up() {
-            fail(&err, "bring up loopback", e, 125);
-        }
-    }
     let host = cstr(&plan.hostname);
     // SAFETY: sethostname with a valid buffer and its length, in our own UTS namespace.
     if unsafe { libc::sethostname(host.as_ptr(), plan.hostname.len()) } != 0 {
@@ -778,6 +784,107 @@ fn init(
     drop(ready);
     drop(err);
     reap(child, status)
+}
+
+/// A child of init that creates the sandbox's network namespace and brings up
+/// its loopback, in parallel with init building the filesystem; init then
+/// joins that namespace (`setns` through a pidfd) before it forks the command,
+/// and kills the helper. The helper runs only this code, inside the sandbox's
+/// user, mount and pid namespaces, before anything of the command exists.
+struct NetnsMaker {
+    pid: libc::pid_t,
+    ready: OwnedFd,
+}
+
+/// The helper's exit code after it reported its own failure on the error pipe.
+const NETNS_FAILED: i32 = 125;
+
+impl NetnsMaker {
+    fn start(err: &OwnedFd) -> NetnsMaker {
+        let (ready_r, ready_w) = match pipe() {
+            Ok(p) => p,
+            Err(e) => fail(err, "pipe", e, 125),
+        };
+        // SAFETY: fork in init, which is single-threaded (a copy of the
+        // single-threaded launcher).
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            fail(err, "fork the network namespace helper", errno(), 125);
+        }
+        if pid == 0 {
+            drop(ready_r);
+            // SAFETY: unshare with a namespace flag only.
+            if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+                fail(
+                    err,
+                    "create the network namespace",
+                    format!(
+                        "{} (network isolation is unavailable here: refusing to run un-isolated; see `tether-exec doctor`)",
+                        errno()
+                    ),
+                    NETNS_FAILED,
+                );
+            }
+            if let Err(e) = loopback_up() {
+                fail(err, "bring up loopback", e, NETNS_FAILED);
+            }
+            let mut ready = std::fs::File::from(ready_w);
+            let _ = ready.write_all(b"1");
+            // Keep the namespace alive until init has joined it and kills us.
+            loop {
+                // SAFETY: pause has no arguments; it returns only on a signal.
+                unsafe { libc::pause() };
+            }
+        }
+        drop(ready_w);
+        NetnsMaker { pid, ready: ready_r }
+    }
+
+    /// Joins the helper's network namespace and ends the helper.
+    fn enter(self, err: &OwnedFd) {
+        let mut byte = [0u8; 1];
+        let made = std::fs::File::from(self.ready).read_exact(&mut byte).is_ok();
+        let joined = made.then(|| join_netns_of(self.pid));
+        // SAFETY: kill of our own child. Once init is in the namespace the
+        // helper is no longer needed; `reap` collects it with the rest.
+        unsafe { libc::kill(self.pid, libc::SIGKILL) };
+        match joined {
+            Some(Ok(())) => {}
+            Some(Err(e)) => fail(err, "join the network namespace", e, 125),
+            None => {
+                let mut status = 0;
+                // SAFETY: waitpid of our own child with a valid status pointer.
+                unsafe { libc::waitpid(self.pid, &mut status, 0) };
+                // The helper said why on the error pipe, unless it died otherwise.
+                if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == NETNS_FAILED {
+                    // SAFETY: exiting the copied process without destructors.
+                    unsafe { libc::_exit(125) }
+                }
+                fail(
+                    err,
+                    "create the network namespace",
+                    format!("the helper process ended unexpectedly (wait status {status})"),
+                    125,
+                )
+            }
+        }
+    }
+}
+
+fn join_netns_of(pid: libc::pid_t) -> std::io::Result<()> {
+    // SAFETY: pidfd_open of our own child, not yet reaped (it waits for our
+    // SIGKILL), so the pid still names it.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(errno());
+    }
+    // SAFETY: the kernel just returned this descriptor to us.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+    // SAFETY: setns with a pidfd we own and a single namespace flag.
+    if unsafe { libc::setns(pidfd.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        return Err(errno());
+    }
+    Ok(())
 }
 
 static FORWARD_TO: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);

@@ -27,6 +27,21 @@ pub const SCAN_SKIP_DIRS: &[&str] = &[
 /// How deep the secret scan goes.
 pub const SCAN_MAX_DEPTH: usize = 8;
 
+/// Whether uid 0 of this user namespace is the kernel's root user. In the
+/// initial namespace it is (`0 0 4294967295`); in a nested one `uid_map` says
+/// which uid of the parent it is. A map to 0 of a parent that is itself nested
+/// cannot be told apart from host root here, so it counts as root: the pids
+/// cgroup is then required rather than silently left out.
+fn root_maps_to_host_root() -> bool {
+    let Ok(map) = std::fs::read_to_string("/proc/self/uid_map") else {
+        return true;
+    };
+    !map.lines().any(|line| {
+        let f: Vec<u64> = line.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+        matches!(f[..], [inside, outside, count] if inside == 0 && count >= 1 && outside != 0)
+    })
+}
+
 /// Read what the planner needs to know about this host and workspace.
 pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>) -> HostFacts {
     // SAFETY-free: geteuid/getegid via nix.
@@ -141,6 +156,7 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>) -> Hos
         policy_files_in_workspace,
         system_secrets,
         landlock_abi: apply::landlock_abi(),
+        root_is_host_root: uid == 0 && root_maps_to_host_root(),
         overlay: None,
         writable_trees_present: plan::writable_trees(policy)
             .ok()

@@ -102,6 +102,9 @@ pub struct Plan {
     pub timeout_ms: Option<u64>,
     /// Process limit for the whole sandbox (a pids cgroup when running as root).
     pub pids_max: u64,
+    /// The sandbox's processes belong to the kernel's root user, which
+    /// RLIMIT_NPROC does not bind: `pids_max` is enforced by a pids cgroup.
+    pub pids_cgroup: bool,
 }
 
 /// Facts about the host, read before planning (cheap `stat`s and env).
@@ -132,6 +135,10 @@ pub struct HostFacts {
     pub system_secrets: Vec<PathBuf>,
     /// Landlock ABI the kernel offers (0: none).
     pub landlock_abi: u8,
+    /// uid 0 here is the kernel's root user (host uid 0), not the root of a
+    /// nested user namespace mapped to an ordinary host uid (a rootless
+    /// container, `unshare -r`).
+    pub root_is_host_root: bool,
     /// Capture directories (upper, work) prepared for an overlay workspace.
     pub overlay: Option<(PathBuf, PathBuf)>,
     /// Trees of `writable_trees` that exist as real directories (no symlink on
@@ -542,6 +549,7 @@ pub fn build(
         hostname: "tether-sandbox".into(),
         timeout_ms: policy.timeout_ms(),
         pids_max: limits.processes.unwrap_or(DEFAULT_PROCESSES),
+        pids_cgroup: outer_uid == 0 && facts.root_is_host_root,
     })
 }
 
@@ -726,5 +734,32 @@ mod tests {
         )
         .unwrap();
         assert_eq!((p.outer_uid, p.inner_uid), (0, 1000));
+    }
+
+    #[test]
+    fn a_pids_cgroup_only_where_rlimit_nproc_does_not_bind() {
+        let plan_with = |uid: u32, owner: u32, host_root: bool| {
+            let mut f = facts();
+            f.uid = uid;
+            f.workspace_owner = (owner, owner);
+            f.root_is_host_root = host_root;
+            build(
+                &policy(""),
+                &f,
+                Path::new("/w"),
+                Path::new("/w"),
+                vec![],
+                Path::new("/s"),
+            )
+            .unwrap()
+            .pids_cgroup
+        };
+        // Host root acting as root: exempt from RLIMIT_NPROC, so a cgroup.
+        assert!(plan_with(0, 0, true));
+        // Root of a rootless container (uid 0 mapped to an ordinary host uid).
+        assert!(!plan_with(0, 0, false));
+        // Root acting as the workspace's owner, and an ordinary caller.
+        assert!(!plan_with(0, 1000, true));
+        assert!(!plan_with(1000, 1000, false));
     }
 }
