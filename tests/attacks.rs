@@ -62,6 +62,50 @@ fn write_to_system_paths() {
     }
 }
 
+/// (major:minor, root) of every mount listed in a mountinfo text.
+fn mount_sources(mountinfo: &str) -> Vec<(String, String, String)> {
+    mountinfo
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            (f.len() > 4).then(|| (f[2].to_string(), f[3].to_string(), f[4].to_string()))
+        })
+        .collect()
+}
+
+#[test]
+fn the_hosts_root_is_not_mounted_inside() {
+    // After pivot_root the host's whole tree hangs at /oldroot until it is
+    // detached (a helper does that off init's path): the command must never
+    // find it, nor any mount of the root of the host's root filesystem.
+    let w = World::new();
+    let host = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let (dev, _, _) = mount_sources(&host)
+        .into_iter()
+        .find(|(_, root, at)| root == "/" && at == "/")
+        .expect("the host's root mount");
+    for _ in 0..5 {
+        let o = w.run("cat /proc/self/mountinfo; if test -e /oldroot; then echo OLDROOT_PRESENT; fi");
+        let out = stdout(&o);
+        assert!(o.status.success(), "{}", text(&o));
+        assert!(!out.contains("OLDROOT_PRESENT"), "{out}");
+        let leaks: Vec<_> = mount_sources(&out)
+            .into_iter()
+            .filter(|(d, root, _)| *d == dev && root == "/")
+            .collect();
+        assert!(
+            leaks.is_empty(),
+            "the host's root filesystem is mounted inside: {leaks:?}"
+        );
+    }
+    // Control: outside, it is mounted (at /).
+    let c = stdout(&w.control("cat /proc/self/mountinfo"));
+    assert!(
+        mount_sources(&c).iter().any(|(d, root, _)| *d == dev && root == "/"),
+        "control: {c}"
+    );
+}
+
 #[test]
 fn write_to_the_hosts_tmp() {
     let w = World::new();

@@ -10,14 +10,15 @@
 //!                               forwards signals
 //!   └─ clone3(NEWUSER|NEWNS|NEWPID|NEWIPC|NEWUTS)
 //!        init, pid 1            builds the filesystem while a helper makes the
-//!                               network namespace, joins it, forks the command,
+//!                               network namespace and detaches the host's root,
+//!                               joins that namespace, forks the command,
 //!                               sets the hostname meanwhile, then
 //!                               reaps and forwards signals. When the command ends
 //!                               it kills and reaps everything else and reports
 //!                               the status. Dies with tether-exec (PDEATHSIG);
 //!                               when it exits the kernel kills the namespace.
-//!          ├─ fork: helper      unshare(NEWNET), loopback up; killed once
-//!          │                    init has joined its namespace
+//!          ├─ fork: helper      unshare(NEWNET), loopback up, umount2 of the
+//!          │                    old root; killed before the command exists
 //!          └─ fork: command     setsid, no_new_privs, caps dropped, fds closed,
 //!                               rlimits, Landlock, seccomp (last), then waits
 //!                               for init's ready and the launcher's go, execve
@@ -708,19 +709,20 @@ fn init(
         // SAFETY: exiting the copied process without destructors.
         unsafe { libc::_exit(125) };
     }
-    // The network namespace costs the kernel about as much as the mounts do;
-    // a helper makes it (and brings up its loopback) meanwhile.
-    let netns = if plan.host_network {
-        None
-    } else {
-        Some(NetnsMaker::start(&err))
-    };
+    // The two slowest steps of the kernel's are left to a helper: making the
+    // network namespace, and detaching the host's root (see `Helper`).
+    let mut helper = Helper::start(&err, !plan.host_network);
     if let Err((step, e)) = build_filesystem(plan) {
         fail(&err, &step, e, 125);
     }
-    if let Some(maker) = netns {
-        maker.enter(&err);
+    helper.detach_old_root(&err);
+    if !plan.host_network {
+        helper.join_netns(&err);
     }
+    if let Err((step, e)) = finish_filesystem(plan, &helper, &err) {
+        fail(&err, &step, e, 125);
+    }
+    helper.end();
     if let Some((base, name)) = cgroup_v1 {
         // Before anything can fork: the whole sandbox descends from here.
         if !matches!(f.read(&mut b), Ok(1)) {
@@ -786,22 +788,38 @@ fn init(
     reap(child, status)
 }
 
-/// A child of init that creates the sandbox's network namespace and brings up
-/// its loopback, in parallel with init building the filesystem; init then
-/// joins that namespace (`setns` through a pidfd) before it forks the command,
-/// and kills the helper. The helper runs only this code, inside the sandbox's
-/// user, mount and pid namespaces, before anything of the command exists.
-struct NetnsMaker {
+/// A child of init that takes the two slowest kernel steps off init's path.
+///
+/// * The network namespace: creating one costs the kernel about as much as
+///   all the mounts. The helper makes it and brings up its loopback while init
+///   builds the filesystem; init then joins it (`setns` through a pidfd).
+/// * Detaching the host's root after `pivot_root`: `umount2(MNT_DETACH)`
+///   takes the old root out of the mount tree at once, then waits for an
+///   expedited RCU grace period before it returns (about 0.6 ms here). The
+///   helper makes that call; init goes on as soon as the old root is out of
+///   the tree, which it sees when `/oldroot` stops being a mount point
+///   (`rmdir` no longer fails with EBUSY), and never forks the command before.
+///
+/// The helper shares init's user, mount and pid namespaces, runs only this
+/// code, and is killed before the command exists; `reap` collects it.
+struct Helper {
     pid: libc::pid_t,
-    ready: OwnedFd,
+    /// The helper's "network namespace ready" byte, when it makes one.
+    netns_ready: Option<OwnedFd>,
+    /// One byte here tells the helper to detach the old root.
+    detach: OwnedFd,
 }
 
 /// The helper's exit code after it reported its own failure on the error pipe.
-const NETNS_FAILED: i32 = 125;
+const HELPER_FAILED: i32 = 125;
 
-impl NetnsMaker {
-    fn start(err: &OwnedFd) -> NetnsMaker {
+impl Helper {
+    fn start(err: &OwnedFd, make_netns: bool) -> Helper {
         let (ready_r, ready_w) = match pipe() {
+            Ok(p) => p,
+            Err(e) => fail(err, "pipe", e, 125),
+        };
+        let (detach_r, detach_w) = match pipe() {
             Ok(p) => p,
             Err(e) => fail(err, "pipe", e, 125),
         };
@@ -809,65 +827,110 @@ impl NetnsMaker {
         // single-threaded launcher).
         let pid = unsafe { libc::fork() };
         if pid < 0 {
-            fail(err, "fork the network namespace helper", errno(), 125);
+            fail(err, "fork init's helper", errno(), 125);
         }
         if pid == 0 {
             drop(ready_r);
-            // SAFETY: unshare with a namespace flag only.
-            if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
-                fail(
-                    err,
-                    "create the network namespace",
-                    format!(
-                        "{} (network isolation is unavailable here: refusing to run un-isolated; see `tether-exec doctor`)",
-                        errno()
-                    ),
-                    NETNS_FAILED,
-                );
+            drop(detach_w);
+            if make_netns {
+                // SAFETY: unshare with a namespace flag only.
+                if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+                    fail(
+                        err,
+                        "create the network namespace",
+                        format!(
+                            "{} (network isolation is unavailable here: refusing to run un-isolated; see `tether-exec doctor`)",
+                            errno()
+                        ),
+                        HELPER_FAILED,
+                    );
+                }
+                if let Err(e) = loopback_up() {
+                    fail(err, "bring up loopback", e, HELPER_FAILED);
+                }
+                let _ = std::fs::File::from(ready_w).write_all(b"1");
+            } else {
+                drop(ready_w);
             }
-            if let Err(e) = loopback_up() {
-                fail(err, "bring up loopback", e, NETNS_FAILED);
+            let mut byte = [0u8; 1];
+            if std::fs::File::from(detach_r).read_exact(&mut byte).is_ok() {
+                let old = path_c(Path::new(OLD));
+                // SAFETY: umount2 with a valid path. pivot_root made the new
+                // root ours too, so the path names the same mount as for init.
+                if unsafe { libc::umount2(old.as_ptr(), libc::MNT_DETACH) } != 0 {
+                    fail(err, "detach the host's root", errno(), HELPER_FAILED);
+                }
             }
-            let mut ready = std::fs::File::from(ready_w);
-            let _ = ready.write_all(b"1");
-            // Keep the namespace alive until init has joined it and kills us.
+            // Keep the network namespace alive until init has joined it and kills us.
             loop {
                 // SAFETY: pause has no arguments; it returns only on a signal.
                 unsafe { libc::pause() };
             }
         }
         drop(ready_w);
-        NetnsMaker { pid, ready: ready_r }
+        drop(detach_r);
+        Helper {
+            pid,
+            netns_ready: make_netns.then_some(ready_r),
+            detach: detach_w,
+        }
     }
 
-    /// Joins the helper's network namespace and ends the helper.
-    fn enter(self, err: &OwnedFd) {
-        let mut byte = [0u8; 1];
-        let made = std::fs::File::from(self.ready).read_exact(&mut byte).is_ok();
-        let joined = made.then(|| join_netns_of(self.pid));
-        // SAFETY: kill of our own child. Once init is in the namespace the
-        // helper is no longer needed; `reap` collects it with the rest.
-        unsafe { libc::kill(self.pid, libc::SIGKILL) };
-        match joined {
-            Some(Ok(())) => {}
-            Some(Err(e)) => fail(err, "join the network namespace", e, 125),
-            None => {
-                let mut status = 0;
-                // SAFETY: waitpid of our own child with a valid status pointer.
-                unsafe { libc::waitpid(self.pid, &mut status, 0) };
-                // The helper said why on the error pipe, unless it died otherwise.
-                if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == NETNS_FAILED {
-                    // SAFETY: exiting the copied process without destructors.
-                    unsafe { libc::_exit(125) }
-                }
-                fail(
-                    err,
-                    "create the network namespace",
-                    format!("the helper process ended unexpectedly (wait status {status})"),
-                    125,
-                )
-            }
+    fn detach_old_root(&self, err: &OwnedFd) {
+        // SAFETY: a one-byte write from a local buffer to our own pipe.
+        if unsafe { libc::write(self.detach.as_raw_fd(), b"1".as_ptr() as *const libc::c_void, 1) } != 1 {
+            self.failed(err, "detach the host's root", None);
         }
+    }
+
+    /// Joins the helper's network namespace.
+    fn join_netns(&mut self, err: &OwnedFd) {
+        let mut byte = [0u8; 1];
+        let made = self
+            .netns_ready
+            .take()
+            .is_some_and(|fd| std::fs::File::from(fd).read_exact(&mut byte).is_ok());
+        if !made {
+            self.failed(err, "create the network namespace", None);
+        }
+        if let Err(e) = join_netns_of(self.pid) {
+            fail(err, "join the network namespace", e, 125);
+        }
+    }
+
+    /// Whether the helper has ended (it reported a failure, or died).
+    fn ended(&self) -> Option<i32> {
+        let mut status = 0;
+        // SAFETY: waitpid of our own child with a valid status pointer.
+        let r = unsafe { libc::waitpid(self.pid, &mut status, libc::WNOHANG) };
+        (r == self.pid).then_some(status)
+    }
+
+    /// The helper failed at `step`: it said why on the error pipe, unless it
+    /// died some other way. `status`: its wait status, if already collected.
+    fn failed(&self, err: &OwnedFd, step: &str, status: Option<i32>) -> ! {
+        let status = status.unwrap_or_else(|| {
+            let mut status = 0;
+            // SAFETY: waitpid of our own child with a valid status pointer.
+            unsafe { libc::waitpid(self.pid, &mut status, 0) };
+            status
+        });
+        if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == HELPER_FAILED {
+            // SAFETY: exiting the copied process without destructors.
+            unsafe { libc::_exit(125) }
+        }
+        fail(
+            err,
+            step,
+            format!("init's helper ended unexpectedly (wait status {status})"),
+            125,
+        )
+    }
+
+    /// Ends the helper; `reap` collects it with the sandbox's other processes.
+    fn end(self) {
+        // SAFETY: kill of our own child, not yet reaped.
+        unsafe { libc::kill(self.pid, libc::SIGKILL) };
     }
 }
 
@@ -1073,16 +1136,25 @@ fn build_filesystem(plan: &Plan) -> StepResult {
     for m in &plan.mounts {
         apply_mount(m)?;
     }
-    step("detach the host's root", {
-        let p = path_c(Path::new(OLD));
-        // SAFETY: umount2 of the old root with a valid path.
-        if unsafe { libc::umount2(p.as_ptr(), libc::MNT_DETACH) } == 0 {
-            Ok(())
-        } else {
-            Err(errno())
+    Ok(())
+}
+
+/// After the helper was told to detach the old root: waits until it is out of
+/// the mount tree, then makes the new root read-only.
+fn finish_filesystem(plan: &Plan, helper: &Helper, err: &OwnedFd) -> StepResult {
+    loop {
+        match std::fs::remove_dir(OLD) {
+            Ok(()) => break,
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                if let Some(status) = helper.ended() {
+                    helper.failed(err, "detach the host's root", Some(status));
+                }
+                // SAFETY: sched_yield has no arguments.
+                unsafe { libc::sched_yield() };
+            }
+            Err(e) => return Err(("remove /oldroot".into(), e)),
         }
-    })?;
-    step("remove /oldroot", std::fs::remove_dir(OLD))?;
+    }
     let _ = std::fs::remove_file("/.mask");
     step(
         "make / read-only",
