@@ -220,16 +220,47 @@ fn protected_paths_after_renaming_the_parent() {
         "the repository survived: {}",
         text(&o)
     );
-    // Renamed away and replaced by a new `.git` with a hook: the original comes back.
-    let o = w.run("mv .git g3 && mkdir -p .git/hooks && printf evil | tee .git/hooks/post-checkout");
-    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
-    assert!(!exists(&w.ws.join(".git/hooks/post-checkout")), "{}", text(&o));
-    assert_eq!(
-        std::fs::read_to_string(w.ws.join(".git/config")).unwrap(),
-        "[core]\n",
-        "the original is back"
+    // Renamed away and replaced by a new `.git` with a hook: `.git` is pinned
+    // (a mount point of itself), so it never moves and no new one appears,
+    // not even while the command runs (a person's `git status` meanwhile
+    // would run a planted fsmonitor). Checked from the host during the run.
+    let inode = |p: &std::path::Path| std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(p).unwrap());
+    let git = inode(&w.ws.join(".git"));
+    let script =
+        "mv .git g3; mkdir -p .git/hooks; printf evil | tee .git/hooks/post-checkout; touch during.txt; sleep 1";
+    let mut child = Command::new(bin())
+        .arg("--state-dir")
+        .arg(&w.state)
+        .args(["run", "-c", script])
+        .current_dir(&w.ws)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !exists(&w.ws.join("during.txt")) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(exists(&w.ws.join("during.txt")), "the command did not get that far");
+    assert!(!exists(&w.ws.join("g3")), ".git was renamed during the run");
+    assert!(
+        !exists(&w.ws.join(".git/hooks/post-checkout")),
+        "a hook existed during the run"
     );
-    assert!(!exists(&w.ws.join("g3")));
+    assert_eq!(inode(&w.ws.join(".git")), git, "the very same .git stayed");
+    child.wait().unwrap();
+    assert!(!exists(&w.ws.join(".git/hooks/post-checkout")) && !exists(&w.ws.join("g3")));
+    assert_eq!(std::fs::read_to_string(w.ws.join(".git/config")).unwrap(), "[core]\n");
+    // What is inside `.git` other than hooks and config stays writable (git works).
+    let o = w.run("printf desc | tee .git/description >/dev/null && echo WROTE");
+    assert!(stdout(&o).contains("WROTE"), "{}", text(&o));
+    assert_eq!(std::fs::read_to_string(w.ws.join(".git/description")).unwrap(), "desc");
+    // Control: without the sandbox the rename and the hook happen.
+    let c = w.control("mv .git g3 && mkdir -p .git/hooks && printf evil | tee .git/hooks/post-checkout");
+    assert!(exists(&w.ws.join("g3")), "control {}", text(&c));
+    std::fs::remove_dir_all(w.ws.join(".git")).unwrap();
+    std::fs::rename(w.ws.join("g3"), w.ws.join(".git")).unwrap();
     let c = w.control("printf evil | tee .git/hooks/post-checkout");
     assert!(exists(&w.ws.join(".git/hooks/post-checkout")), "control {}", text(&c));
 }

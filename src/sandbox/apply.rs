@@ -1254,6 +1254,10 @@ fn apply_mount(m: &Mount) -> StepResult {
                 ),
             )
         }
+        Mount::Pin { dst } => step(
+            format!("pin {}", dst.display()),
+            mount_raw(Some(dst), dst, None, libc::MS_BIND | libc::MS_REC, None),
+        ),
         Mount::ReadOnly { dst } => {
             let name = format!("protect {}", dst.display());
             step(

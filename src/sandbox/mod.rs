@@ -153,6 +153,11 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>) -> Hos
         venv_prefixes,
         secret_files: scan_secrets(workspace),
         protected_present,
+        protected_parents: [".git"]
+            .iter()
+            .map(|rel| workspace.join(rel))
+            .filter(|p| std::fs::symlink_metadata(p).is_ok_and(|m| !m.file_type().is_symlink()))
+            .collect(),
         policy_files_in_workspace,
         system_secrets,
         landlock_abi: apply::landlock_abi(),

@@ -30,6 +30,10 @@ pub enum Mount {
     MaskDir { dst: PathBuf },
     /// Make an already visible path read-only (a protected path inside the workspace).
     ReadOnly { dst: PathBuf },
+    /// Make a path a mount point of itself, contents unchanged and as
+    /// writable as before: a mount point cannot be renamed or removed, so a
+    /// protected path's parent stays where its protection is.
+    Pin { dst: PathBuf },
     /// The workspace as an overlay: reads from the real workspace (`dst`), every
     /// write captured in `upper` (host paths; `work` is overlayfs' scratch).
     Overlay {
@@ -129,6 +133,8 @@ pub struct HostFacts {
     pub secret_files: Vec<PathBuf>,
     /// Protected paths in the workspace that exist: (path, is_dir).
     pub protected_present: Vec<(PathBuf, bool)>,
+    /// Parents of protected paths that exist (`.git`): pinned in place.
+    pub protected_parents: Vec<PathBuf>,
     /// Policy files that sit inside the workspace.
     pub policy_files_in_workspace: Vec<PathBuf>,
     /// Readable-by-owner-only secrets of the system (/etc/shadow...), masked when running as root.
@@ -442,6 +448,15 @@ pub fn build(
                 dst: p,
                 writable: true,
             });
+        }
+    }
+    // Renaming `.git` away and making a new one would carry its read-only
+    // hooks and config along and leave a writable `.git` in its place (caught
+    // after the run, but present during it): pinned, it cannot move. An
+    // overlay captures such a rename instead, and checks it before anything lands.
+    if writable && facts.overlay.is_none() {
+        for p in &facts.protected_parents {
+            mounts.push(Mount::Pin { dst: p.clone() });
         }
     }
     for (p, is_dir) in &facts.protected_present {
