@@ -292,7 +292,11 @@ fn captures_live_on_the_workspaces_filesystem_so_landing_is_a_rename() {
         }
         c.output().unwrap()
     };
-    let o = run("printf 1 > docs/one.md", Some("after-journal"));
+    // Two files, so the commit goes through its journal (one file is a single rename).
+    let o = run(
+        "printf 1 > docs/one.md; printf 3 > docs/three.md",
+        Some("after-journal"),
+    );
     assert!(!o.status.success(), "the launcher was meant to die: {}", text(&o));
     let captures = shm.path().join(".tether-exec-captures");
     assert_eq!(
@@ -333,6 +337,37 @@ fn captures_live_on_the_workspaces_filesystem_so_landing_is_a_rename() {
     assert_eq!(std::fs::read_to_string(ws.join("docs/two.md")).unwrap(), "2");
     assert_eq!(std::fs::read_dir(&captures).unwrap().count(), 0);
     assert_eq!(std::fs::read_dir(w.state.join("overlays")).unwrap().count(), 0);
+}
+
+#[test]
+fn a_one_file_commit_is_a_single_rename_and_needs_no_journal() {
+    // Killed right after the rename: the change is in place, the next start
+    // has nothing to finish, and nothing is left behind. Killed by the same
+    // hook with two files, the journal is there and the next start finishes it.
+    let w = world();
+    w.write("docs/a.md", "old\n");
+    let o = run_crashing(&w, "after-single-rename", "printf new > docs/a.md");
+    assert!(!o.status.success(), "the launcher was meant to die: {}", text(&o));
+    assert_eq!(std::fs::read_to_string(w.ws.join("docs/a.md")).unwrap(), "new");
+    let n = w.run("true");
+    assert!(n.status.success(), "{}", text(&n));
+    assert!(!text(&n).contains("interrupted commit"), "{}", text(&n));
+    assert_eq!(std::fs::read_dir(w.state.join("overlays")).unwrap().count(), 0);
+    let leftovers: Vec<_> = std::fs::read_dir(&w.ws)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".tether-exec"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+    // The hook is only on the single-rename path: two files never reach it.
+    let o = run_crashing(
+        &w,
+        "after-single-rename",
+        "printf 1 > docs/one.md; printf 2 > docs/two.md",
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(std::fs::read_to_string(w.ws.join("docs/two.md")).unwrap(), "2");
 }
 
 #[test]

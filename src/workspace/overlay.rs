@@ -388,6 +388,19 @@ fn land(
             Vec::new()
         };
         let ops: Vec<Op> = ops.into_iter().map(|(op, _)| op).collect();
+        if let [Op::Move(r)] = ops.as_slice() {
+            // One file or symlink to put in place: a single rename is atomic
+            // by itself (a launcher killed around it leaves the workspace as
+            // before or as after), so it needs no journal nor its two fsyncs.
+            // Across filesystems the move is a copy, which is not atomic:
+            // that one goes through the journal below.
+            if rename_in_place(dir, workspace, r)? {
+                crash_point("after-single-rename");
+                out.committed = true;
+                cleanup(dir, workspace);
+                return Ok(out);
+            }
+        }
         if !ops.is_empty() {
             let journal = Journal {
                 workspace: workspace.to_path_buf(),
@@ -566,6 +579,28 @@ fn write_journal(dir: &Path, j: &Journal) -> Result<(), WorkspaceError> {
     Ok(())
 }
 
+/// Whether a journal step's path stays inside the workspace: relative, no `..`.
+fn inside_workspace(r: &[u8]) -> bool {
+    Path::new(std::ffi::OsStr::from_bytes(r))
+        .components()
+        .all(|c| matches!(c, std::path::Component::Normal(_)))
+}
+
+/// Renames `upper/r` over `workspace/r`; `false` when they are on different
+/// filesystems (nothing was done).
+fn rename_in_place(dir: &Path, workspace: &Path, r: &[u8]) -> Result<bool, WorkspaceError> {
+    if !inside_workspace(r) {
+        return Ok(false);
+    }
+    let rel = Path::new(std::ffi::OsStr::from_bytes(r));
+    let from = dir.join("upper").join(rel);
+    match std::fs::rename(&from, workspace.join(rel)) {
+        Ok(()) => Ok(true),
+        Err(e) if e.raw_os_error() == Some(libc::EXDEV) => Ok(false),
+        Err(e) => Err(err(&from, e)),
+    }
+}
+
 fn trash_dir(dir: &Path, ws: &Path) -> PathBuf {
     // In the workspace, so a removal is a rename on the same filesystem.
     let id = dir
@@ -578,14 +613,9 @@ fn trash_dir(dir: &Path, ws: &Path) -> PathBuf {
 /// Apply a journal. Every step checks whether it already happened.
 fn apply(dir: &Path, j: &Journal) -> Result<(), WorkspaceError> {
     // Every step names a path inside the workspace: relative, no `..`.
-    let inside = |r: &[u8]| {
-        Path::new(std::ffi::OsStr::from_bytes(r))
-            .components()
-            .all(|c| matches!(c, std::path::Component::Normal(_)))
-    };
     if !j.workspace.is_absolute()
         || !j.ops.iter().all(|op| match op {
-            Op::Remove(r) | Op::MakeDir(r, _) | Op::Move(r) => inside(r),
+            Op::Remove(r) | Op::MakeDir(r, _) | Op::Move(r) => inside_workspace(r),
         })
     {
         return Err(err(
