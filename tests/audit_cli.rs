@@ -149,6 +149,37 @@ fn concurrent_runs_keep_the_chain() {
 }
 
 #[test]
+fn an_unwritable_audit_log_means_nothing_is_held_or_previewed() {
+    // An *ask*: its decision is recorded while the preview's sandbox builds
+    // itself. If that fails, the preview's command never starts, nothing is
+    // held, and no capture is left behind.
+    let w = World::new();
+    let policy = w.policy("require_approval_for = [\"touch\"]\ndefault = \"allow\"\n");
+    std::fs::write(w.state.join("audit"), "not a directory").unwrap();
+    let o = w.tx(&["run", "--policy", policy.to_str().unwrap(), "-c", "touch held.txt"]);
+    assert_eq!(o.status.code(), Some(125), "{}", text(&o));
+    assert!(
+        text(&o).contains("cannot open the audit log, so nothing runs"),
+        "{}",
+        text(&o)
+    );
+    let entries = |d: &str| std::fs::read_dir(w.state.join(d)).map_or(0, |r| r.count());
+    assert_eq!(entries("overlays"), 0, "a capture was left behind");
+    assert_eq!(entries("previews"), 0, "a preview was kept");
+    std::fs::remove_file(w.state.join("audit")).unwrap();
+    let pending = w.tx(&["pending", "--json"]);
+    assert!(
+        !String::from_utf8_lossy(&pending.stdout).contains("apr_"),
+        "{}",
+        text(&pending)
+    );
+    // Control: with a working log the same command is held, with its preview.
+    let o = w.tx(&["run", "--policy", policy.to_str().unwrap(), "-c", "touch held.txt"]);
+    assert_eq!(o.status.code(), Some(75), "{}", text(&o));
+    assert_eq!(entries("previews"), 1);
+}
+
+#[test]
 fn a_run_that_cannot_be_planned_is_still_on_record() {
     let w = World::new();
     // The planner refuses a state directory the command could reach.
