@@ -228,16 +228,7 @@ fn protected_paths_after_renaming_the_parent() {
     let git = inode(&w.ws.join(".git"));
     let script =
         "mv .git g3; mkdir -p .git/hooks; printf evil | tee .git/hooks/post-checkout; touch during.txt; sleep 1";
-    let mut child = Command::new(bin())
-        .arg("--state-dir")
-        .arg(&w.state)
-        .args(["run", "-c", script])
-        .current_dir(&w.ws)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = w.run_command(script).spawn().unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while !exists(&w.ws.join("during.txt")) && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(5));

@@ -739,16 +739,13 @@ mod tests {
         let mut f = facts();
         f.uid = 0;
         f.workspace_owner = (0, 0);
-        let p = build(
-            &policy(""),
-            &f,
-            Path::new("/w"),
-            Path::new("/w"),
-            vec![],
-            Path::new("/s"),
-        )
-        .unwrap();
+        let p = plan_in_w(&policy(""), &f).unwrap();
         assert_eq!((p.outer_uid, p.inner_uid), (0, 1000));
+    }
+
+    /// The plan for a workspace `/w` (cwd too) and state directory `/s`.
+    fn plan_in_w(p: &Policy, f: &HostFacts) -> Result<Plan, PlanError> {
+        build(p, f, Path::new("/w"), Path::new("/w"), vec![], Path::new("/s"))
     }
 
     #[test]
@@ -758,16 +755,7 @@ mod tests {
             f.uid = uid;
             f.workspace_owner = (owner, owner);
             f.root_is_host_root = host_root;
-            build(
-                &policy(""),
-                &f,
-                Path::new("/w"),
-                Path::new("/w"),
-                vec![],
-                Path::new("/s"),
-            )
-            .unwrap()
-            .pids_cgroup
+            plan_in_w(&policy(""), &f).unwrap().pids_cgroup
         };
         // Host root acting as root: exempt from RLIMIT_NPROC, so a cgroup.
         assert!(plan_with(0, 0, true));

@@ -90,6 +90,20 @@ impl World {
             .expect("run tether-exec")
     }
 
+    /// `tether-exec run -c script` in the workspace, not started yet (to
+    /// watch it from the host while it runs); output discarded.
+    pub fn run_command(&self, script: &str) -> Command {
+        let mut c = Command::new(bin());
+        c.arg("--state-dir")
+            .arg(&self.state)
+            .args(["run", "-c", script])
+            .current_dir(&self.ws)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        c
+    }
+
     /// The same script without the sandbox: the control.
     pub fn control(&self, script: &str) -> Output {
         Command::new("bash")
