@@ -82,24 +82,6 @@ pub struct Outcome {
     pub exec_error: Option<String>,
 }
 
-/// Whether overlayfs marked this upper-layer directory opaque (removed and
-/// made again in the run), from its `user.overlay.opaque` attribute.
-pub fn overlay_opaque(p: &Path) -> bool {
-    let c = path_c(p);
-    let name = c"user.overlay.opaque";
-    let mut buf = [0u8; 4];
-    // SAFETY: lgetxattr with valid NUL-terminated strings and a buffer of the size given.
-    let n = unsafe {
-        libc::lgetxattr(
-            c.as_ptr(),
-            name.as_ptr(),
-            buf.as_mut_ptr() as *mut libc::c_void,
-            buf.len(),
-        )
-    };
-    n == 1 && buf[0] == b'y'
-}
-
 /// The Landlock ABI this kernel offers (0 if none).
 pub fn landlock_abi() -> u8 {
     // SAFETY: landlock_create_ruleset with a NULL attr, size 0 and the VERSION

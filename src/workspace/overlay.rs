@@ -444,8 +444,24 @@ fn is_whiteout(m: &std::fs::Metadata) -> bool {
     m.file_type().is_char_device() && m.rdev() == 0
 }
 
+/// Whether overlayfs marked this upper-layer directory opaque (removed and
+/// made again in the run), from its `user.overlay.opaque` attribute.
 fn is_opaque(p: &Path) -> bool {
-    crate::sandbox::apply::overlay_opaque(p)
+    let Ok(c) = std::ffi::CString::new(p.as_os_str().as_bytes()) else {
+        return false;
+    };
+    let name = c"user.overlay.opaque";
+    let mut buf = [0u8; 4];
+    // SAFETY: lgetxattr with valid NUL-terminated strings and a buffer of the size given.
+    let n = unsafe {
+        libc::lgetxattr(
+            c.as_ptr(),
+            name.as_ptr(),
+            buf.as_mut_ptr() as *mut libc::c_void,
+            buf.len(),
+        )
+    };
+    n == 1 && buf[0] == b'y'
 }
 
 impl Planner<'_> {
