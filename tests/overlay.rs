@@ -320,6 +320,7 @@ fn captures_live_on_the_workspaces_filesystem_so_landing_is_a_rename() {
     let n = run("true", None);
     assert!(text(&n).contains("finished an interrupted commit"), "{}", text(&n));
     assert_eq!(std::fs::read_to_string(ws.join("docs/one.md")).unwrap(), "1");
+    assert_eq!(std::fs::read_to_string(ws.join("docs/three.md")).unwrap(), "3");
     assert_eq!(
         std::fs::metadata(ws.join("docs/one.md")).unwrap().ino(),
         written,
@@ -352,6 +353,7 @@ fn a_one_file_commit_is_a_single_rename_and_needs_no_journal() {
     let n = w.run("true");
     assert!(n.status.success(), "{}", text(&n));
     assert!(!text(&n).contains("interrupted commit"), "{}", text(&n));
+    assert!(text(&n).contains("no commit of it was pending"), "{}", text(&n));
     assert_eq!(std::fs::read_dir(w.state.join("overlays")).unwrap().count(), 0);
     let leftovers: Vec<_> = std::fs::read_dir(&w.ws)
         .unwrap()

@@ -692,7 +692,13 @@ fn init(
         unsafe { libc::_exit(125) };
     }
     // The two slowest steps of the kernel's are left to a helper: making the
-    // network namespace, and detaching the host's root (see `Helper`).
+    // network namespace, and detaching the host's root (see `Helper`). First
+    // to the host's root, so that pivot_root moves the helper's working
+    // directory (inherited from here) into the new root too: nothing of the
+    // sandbox may keep a handle on the host's tree.
+    if let Err(e) = std::env::set_current_dir("/") {
+        fail(&err, "chdir /", e, 125);
+    }
     let mut helper = Helper::start(&err, !plan.host_network);
     if let Err((step, e)) = build_filesystem(plan) {
         fail(&err, &step, e, 125);

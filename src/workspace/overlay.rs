@@ -394,7 +394,7 @@ fn land(
             // before or as after), so it needs no journal nor its two fsyncs.
             // Across filesystems the move is a copy, which is not atomic:
             // that one goes through the journal below.
-            if rename_in_place(dir, workspace, r)? {
+            if rename_in_place(dir, workspace, r) {
                 crash_point("after-single-rename");
                 out.committed = true;
                 cleanup(dir, workspace);
@@ -602,19 +602,15 @@ fn inside_workspace(r: &[u8]) -> bool {
         .all(|c| matches!(c, std::path::Component::Normal(_)))
 }
 
-/// Renames `upper/r` over `workspace/r`; `false` when they are on different
-/// filesystems (nothing was done).
-fn rename_in_place(dir: &Path, workspace: &Path, r: &[u8]) -> Result<bool, WorkspaceError> {
+/// Renames `upper/r` over `workspace/r`; `false` when that did not happen
+/// (other filesystems, or any error): the journal then takes over, so that
+/// a failure leaves a commit the next start can finish.
+fn rename_in_place(dir: &Path, workspace: &Path, r: &[u8]) -> bool {
     if !inside_workspace(r) {
-        return Ok(false);
+        return false;
     }
     let rel = Path::new(std::ffi::OsStr::from_bytes(r));
-    let from = dir.join("upper").join(rel);
-    match std::fs::rename(&from, workspace.join(rel)) {
-        Ok(()) => Ok(true),
-        Err(e) if e.raw_os_error() == Some(libc::EXDEV) => Ok(false),
-        Err(e) => Err(err(&from, e)),
-    }
+    std::fs::rename(dir.join("upper").join(rel), workspace.join(rel)).is_ok()
 }
 
 fn trash_dir(dir: &Path, ws: &Path) -> PathBuf {
@@ -782,7 +778,9 @@ pub fn recover(state: &Path) -> Vec<String> {
                 if let Some(l) = &link {
                     let _ = std::fs::remove_file(l);
                 }
-                report.push("discarded the capture of an interrupted run (nothing of it had landed)".into());
+                // No journal: the run never began a commit, or its commit was a
+                // single rename that either happened or did not; nothing is pending.
+                report.push("discarded the capture of an interrupted run (no commit of it was pending)".into());
             }
         }
     }
