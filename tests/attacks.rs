@@ -257,6 +257,74 @@ fn protected_paths_after_renaming_the_parent() {
 }
 
 #[test]
+fn git_control_files_of_submodules_and_commondir_are_protected() {
+    // git obeys more than `.git/config` and `.git/hooks`: `commondir` points a
+    // repository's config and hooks elsewhere, and `git status` recurses into
+    // submodules, whose git directories under `.git/modules` have their own.
+    let w = World::new();
+    git_like(&w);
+    w.write(".git/modules/sub/HEAD", "ref: refs/heads/main\n");
+    w.write(".git/modules/sub/config", "[core]\n");
+    w.write(".git/modules/sub/hooks/pre-commit.sample", "#!/bin/sh\n");
+    // Through programs, not redirects (the gate refuses those first).
+    let script = "printf '\\tfsmonitor = evil\\n' | tee -a .git/modules/sub/config; \
+                  printf evil | tee .git/modules/sub/hooks/post-checkout; \
+                  printf ../evil | tee .git/commondir; \
+                  mkdir -p .git/modules/new/hooks && printf x | tee .git/modules/new/HEAD && \
+                  printf '[core]\\n\\tfsmonitor = evil\\n' | tee .git/modules/new/config; echo end";
+    let o = w.run(script);
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    assert_eq!(
+        std::fs::read_to_string(w.ws.join(".git/modules/sub/config")).unwrap(),
+        "[core]\n",
+        "{}",
+        text(&o)
+    );
+    for p in [
+        ".git/modules/sub/hooks/post-checkout",
+        ".git/commondir",
+        ".git/modules/new/config",
+    ] {
+        assert!(!exists(&w.ws.join(p)), "{p} survived the run: {}", text(&o));
+    }
+    // Control: without the sandbox every one of them lands.
+    let c = w.control(script);
+    let config = std::fs::read_to_string(w.ws.join(".git/modules/sub/config")).unwrap();
+    assert!(config.contains("fsmonitor"), "control: {}", text(&c));
+    for p in [
+        ".git/modules/sub/hooks/post-checkout",
+        ".git/commondir",
+        ".git/modules/new/config",
+    ] {
+        assert!(exists(&w.ws.join(p)), "control: {p}: {}", text(&c));
+    }
+}
+
+#[test]
+fn a_git_file_pointing_at_the_git_directory_stays_as_it_is() {
+    // A worktree or a submodule's checkout has a `.git` file naming its git
+    // directory; pointing it at one the command made would hand git a config
+    // of the command's choosing.
+    let w = World::new();
+    w.write(".git", "gitdir: ../main/.git/worktrees/ws\n");
+    let script = "printf 'gitdir: evil\\n' | tee .git";
+    let o = w.run(script);
+    assert_eq!(
+        std::fs::read_to_string(w.ws.join(".git")).unwrap(),
+        "gitdir: ../main/.git/worktrees/ws\n",
+        "{}",
+        text(&o)
+    );
+    let c = w.control(script);
+    assert_eq!(
+        std::fs::read_to_string(w.ws.join(".git")).unwrap(),
+        "gitdir: evil\n",
+        "control: {}",
+        text(&c)
+    );
+}
+
+#[test]
 fn protected_paths_that_do_not_exist_yet_never_survive_a_run() {
     let w = World::new();
     let script = "mkdir -p .git/hooks .tether && printf evil | tee .git/hooks/pre-commit .tether/state >/dev/null; printf '[core]\\n' | tee .git/config >/dev/null; echo ran";

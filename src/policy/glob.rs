@@ -9,7 +9,23 @@ use globset::{Glob, GlobBuilder, GlobSet, GlobSetBuilder};
 
 /// Paths inside the workspace that are protected whatever the globs say.
 /// `.env*` is handled in code because templates (`.env.example`) are exempt.
-pub const PROTECTED_GLOBS: &[&str] = &[".git/config", ".git/hooks", ".git/hooks/**", ".tether", ".tether/**"];
+/// Git's control files (see `workspace::GIT_CONTROL`) of the repository and of
+/// its submodules' git directories, and `.git` itself when it is a file.
+pub const PROTECTED_GLOBS: &[&str] = &[
+    ".git",
+    ".git/config",
+    ".git/config.worktree",
+    ".git/commondir",
+    ".git/hooks",
+    ".git/hooks/**",
+    ".git/modules/**/config",
+    ".git/modules/**/config.worktree",
+    ".git/modules/**/commondir",
+    ".git/modules/**/hooks",
+    ".git/modules/**/hooks/**",
+    ".tether",
+    ".tether/**",
+];
 
 /// Suffixes that make a `.env*` file a committed template, not a secret.
 const ENV_TEMPLATE_SUFFIXES: &[&str] = &[".example", ".sample", ".template", ".dist"];

@@ -215,15 +215,23 @@ fn tool_root(dir: &Path, home: Option<&Path>) -> PathBuf {
     }
 }
 
-/// Protected paths (DESIGN.md) that are protected by a mount when they exist.
-/// `.env*` files are found by the secret scan; policy files are listed by the policy.
-pub const PROTECTED_MOUNTS: [&str; 3] = [".git/config", ".git/hooks", ".tether"];
-
-/// Existing protected paths at the top of the workspace (`.git/config`, `.git/hooks`, `.tether`).
+/// Existing protected paths of the workspace, protected by a mount: `.tether`
+/// (hidden), and read-only the control files of every git directory (config,
+/// hooks, `commondir`: see `workspace::GIT_CONTROL`) and a `.git` that is a
+/// file (a worktree's or submodule's pointer to its git directory). `.env*`
+/// files are found by the secret scan; policy files are listed by the policy.
 fn protected_present(workspace: &Path) -> Vec<(PathBuf, bool)> {
+    let git_dirs = crate::workspace::git_dirs(workspace);
+    let mut candidates = vec![".tether".to_string()];
+    if git_dirs.is_empty() {
+        candidates.push(".git".into());
+    }
+    for g in &git_dirs {
+        candidates.extend(crate::workspace::GIT_CONTROL.iter().map(|c| format!("{g}/{c}")));
+    }
     let mut out = Vec::new();
-    for rel in PROTECTED_MOUNTS {
-        let p = workspace.join(rel);
+    for rel in candidates {
+        let p = workspace.join(&rel);
         if let Ok(m) = std::fs::symlink_metadata(&p) {
             if !m.file_type().is_symlink() {
                 out.push((p, m.is_dir()));

@@ -185,28 +185,95 @@ mod tests {
     }
 }
 
-/// Protected paths whose identity is checked around a run (relative to the workspace).
-/// Existing ones are also read-only inside the sandbox; these checks cover the
-/// ones that did not exist yet, and a `.git` swapped out by renaming it.
-pub const PROTECTED_IDENTITIES: [&str; 4] = [".git", ".git/config", ".git/hooks", ".tether"];
+/// What, inside a git directory, makes git run code or take its settings from
+/// elsewhere: its config (`core.fsmonitor`, `core.hooksPath`, aliases...),
+/// per-worktree config, hooks, and `commondir` (which points the repository's
+/// config and hooks at another directory).
+pub const GIT_CONTROL: [&str; 4] = ["config", "config.worktree", "hooks", "commondir"];
+
+/// How deep and how many directories the search for submodules' git
+/// directories under `.git/modules` goes (names may hold `/`, and submodules nest).
+const MODULES_MAX_DEPTH: usize = 8;
+const MODULES_MAX_DIRS: usize = 1024;
+
+/// The workspace's git directories, relative: `.git` (when it is a directory)
+/// and, under `.git/modules`, those of its submodules, which git also obeys
+/// (a plain `git status` recurses into submodules and reads their config).
+pub fn git_dirs(root: &Path) -> Vec<String> {
+    let is_dir = |rel: &str| std::fs::symlink_metadata(root.join(rel)).is_ok_and(|m| m.is_dir());
+    if !is_dir(".git") {
+        return Vec::new();
+    }
+    let mut found = vec![".git".to_string()];
+    let mut stack = vec![(".git/modules".to_string(), 0)];
+    let mut visited = 0;
+    while let Some((dir, depth)) = stack.pop() {
+        visited += 1;
+        if depth > MODULES_MAX_DEPTH || visited > MODULES_MAX_DIRS {
+            break;
+        }
+        let Ok(rd) = std::fs::read_dir(root.join(&dir)) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            if !e.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            let rel = format!("{dir}/{}", e.file_name().to_string_lossy());
+            if root.join(&rel).join("HEAD").exists() {
+                // A submodule's git directory; its own submodules are below.
+                stack.push((format!("{rel}/modules"), depth + 1));
+                found.push(rel);
+            } else {
+                // A level of a submodule name with `/` in it.
+                stack.push((rel, depth + 1));
+            }
+        }
+    }
+    found
+}
+
+/// Protected paths whose identity is checked around a run (relative to the
+/// workspace): `.git`, `.tether`, and the [`GIT_CONTROL`] entries of every git
+/// directory. Existing ones are also read-only inside the sandbox; these
+/// checks cover the ones that did not exist yet.
+pub fn protected_identities(git_dirs: &[String]) -> Vec<String> {
+    let mut out = vec![".git".to_string(), ".tether".to_string()];
+    for g in git_dirs.iter().map(String::as_str).chain(std::iter::once(".git")) {
+        for c in GIT_CONTROL {
+            let p = format!("{g}/{c}");
+            if !out.contains(&p) {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
 
 /// (device, inode) of each protected path before a run; `None` where absent.
 #[derive(Debug, Clone)]
 pub struct ProtectedSnapshot {
-    entries: Vec<(&'static str, Option<(u64, u64)>)>,
+    entries: Vec<(String, Option<(u64, u64)>)>,
+    git_dirs: Vec<String>,
 }
 
 fn identity(p: &Path) -> Option<(u64, u64)> {
     std::fs::symlink_metadata(p).ok().map(|m| (m.dev(), m.ino()))
 }
 
-/// Record the protected paths' identities (four `lstat`s).
+/// Record the protected paths' identities (a few `lstat`s; a repository with
+/// submodules adds a short walk of `.git/modules`).
 pub fn snapshot_protected(root: &Path) -> ProtectedSnapshot {
+    let git_dirs = git_dirs(root);
     ProtectedSnapshot {
-        entries: PROTECTED_IDENTITIES
-            .iter()
-            .map(|rel| (*rel, identity(&root.join(rel))))
+        entries: protected_identities(&git_dirs)
+            .into_iter()
+            .map(|rel| {
+                let id = identity(&root.join(&rel));
+                (rel, id)
+            })
             .collect(),
+        git_dirs,
     }
 }
 
@@ -230,7 +297,19 @@ pub fn enforce_protected(root: &Path, before: &ProtectedSnapshot) -> Result<Vec<
         source: e,
     };
     let mut violations = Vec::new();
-    for (rel, was) in &before.entries {
+    // Submodule git directories the run created: their control files are
+    // protected paths that did not exist before.
+    let mut entries = before.entries.clone();
+    for g in git_dirs(root).iter().filter(|g| !before.git_dirs.contains(g)) {
+        for c in GIT_CONTROL {
+            let rel = format!("{g}/{c}");
+            if !entries.iter().any(|(r, _)| *r == rel) {
+                entries.push((rel, None));
+            }
+        }
+    }
+    for (rel, was) in &entries {
+        let rel = rel.as_str();
         let p = root.join(rel);
         let now = identity(&p);
         if now == *was {
@@ -240,7 +319,7 @@ pub fn enforce_protected(root: &Path, before: &ProtectedSnapshot) -> Result<Vec<
             (None, Some(_)) => {
                 // Created by the run. `.git` itself is not protected (only its
                 // hooks and config), so a new repository keeps its objects.
-                if *rel == ".git" {
+                if rel == ".git" {
                     continue;
                 }
                 let q = quarantine_name(&p);
@@ -250,7 +329,7 @@ pub fn enforce_protected(root: &Path, before: &ProtectedSnapshot) -> Result<Vec<
                     q.strip_prefix(root).unwrap_or(&q).display()
                 ));
             }
-            (Some(id), _) if *rel == ".git" => {
+            (Some(id), _) if rel == ".git" => {
                 // The repository was renamed away (and maybe replaced): find the
                 // original by its inode at the top of the workspace and put it back.
                 let original = std::fs::read_dir(root)
