@@ -301,6 +301,42 @@ fn git_control_files_of_submodules_and_commondir_are_protected() {
 }
 
 #[test]
+fn a_symlinked_git_directory_is_protected_and_put_back() {
+    // `.git` is a symlink to the repository (some tools lay it out so): git
+    // follows it, so its config and hooks are protected through it, and a
+    // `.git` swapped by renaming the symlink is put back after the run.
+    let w = World::new();
+    w.write("realgit/config", "[core]\n");
+    w.write("realgit/hooks/pre-commit.sample", "#!/bin/sh\n");
+    std::os::unix::fs::symlink("realgit", w.ws.join(".git")).unwrap();
+    let o = w.run("printf '\\tfsmonitor = evil\\n' | tee -a .git/config; printf evil | tee .git/hooks/post-checkout");
+    assert_eq!(
+        std::fs::read_to_string(w.ws.join("realgit/config")).unwrap(),
+        "[core]\n",
+        "{}",
+        text(&o)
+    );
+    assert!(!exists(&w.ws.join("realgit/hooks/post-checkout")), "{}", text(&o));
+    let o = w.run("mv .git g3 && mkdir -p .git/hooks && printf evil | tee .git/hooks/post-checkout");
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    assert!(!exists(&w.ws.join(".git/hooks/post-checkout")), "{}", text(&o));
+    assert!(!exists(&w.ws.join("g3")), "{}", text(&o));
+    assert_eq!(
+        std::fs::read_link(w.ws.join(".git")).unwrap(),
+        std::path::Path::new("realgit"),
+        "the original symlink is back: {}",
+        text(&o)
+    );
+    // Control: without the sandbox the hook lands through the symlink.
+    let c = w.control("printf evil | tee .git/hooks/post-checkout");
+    assert!(
+        exists(&w.ws.join("realgit/hooks/post-checkout")),
+        "control: {}",
+        text(&c)
+    );
+}
+
+#[test]
 fn a_git_file_pointing_at_the_git_directory_stays_as_it_is() {
     // A worktree or a submodule's checkout has a `.git` file naming its git
     // directory; pointing it at one the command made would hand git a config

@@ -200,8 +200,9 @@ const MODULES_MAX_DIRS: usize = 1024;
 /// and, under `.git/modules`, those of its submodules, which git also obeys
 /// (a plain `git status` recurses into submodules and reads their config).
 pub fn git_dirs(root: &Path) -> Vec<String> {
-    let is_dir = |rel: &str| std::fs::symlink_metadata(root.join(rel)).is_ok_and(|m| m.is_dir());
-    if !is_dir(".git") {
+    // A `.git` symlink to a directory is a git directory too: git follows it,
+    // and so do the mounts made on paths beneath it.
+    if !std::fs::metadata(root.join(".git")).is_ok_and(|m| m.is_dir()) {
         return Vec::new();
     }
     let mut found = vec![".git".to_string()];
