@@ -266,8 +266,12 @@ fn git_control_files_of_submodules_and_commondir_are_protected() {
     w.write(".git/modules/sub/HEAD", "ref: refs/heads/main\n");
     w.write(".git/modules/sub/config", "[core]\n");
     w.write(".git/modules/sub/hooks/pre-commit.sample", "#!/bin/sh\n");
+    // A linked worktree elsewhere keeps its git directory here.
+    w.write(".git/worktrees/wt/HEAD", "ref: refs/heads/wt\n");
+    w.write(".git/worktrees/wt/commondir", "../..\n");
     // Through programs, not redirects (the gate refuses those first).
     let script = "printf '\\tfsmonitor = evil\\n' | tee -a .git/modules/sub/config; \
+                  printf /tmp/evil | tee .git/worktrees/wt/commondir; \
                   printf evil | tee .git/modules/sub/hooks/post-checkout; \
                   printf ../evil | tee .git/commondir; \
                   mkdir -p .git/modules/new/hooks && printf x | tee .git/modules/new/HEAD && \
@@ -277,6 +281,12 @@ fn git_control_files_of_submodules_and_commondir_are_protected() {
     assert_eq!(
         std::fs::read_to_string(w.ws.join(".git/modules/sub/config")).unwrap(),
         "[core]\n",
+        "{}",
+        text(&o)
+    );
+    assert_eq!(
+        std::fs::read_to_string(w.ws.join(".git/worktrees/wt/commondir")).unwrap(),
+        "../..\n",
         "{}",
         text(&o)
     );
@@ -291,6 +301,11 @@ fn git_control_files_of_submodules_and_commondir_are_protected() {
     let c = w.control(script);
     let config = std::fs::read_to_string(w.ws.join(".git/modules/sub/config")).unwrap();
     assert!(config.contains("fsmonitor"), "control: {}", text(&c));
+    assert_eq!(
+        std::fs::read_to_string(w.ws.join(".git/worktrees/wt/commondir")).unwrap(),
+        "/tmp/evil",
+        "control"
+    );
     for p in [
         ".git/modules/sub/hooks/post-checkout",
         ".git/commondir",

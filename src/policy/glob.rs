@@ -23,6 +23,8 @@ pub const PROTECTED_GLOBS: &[&str] = &[
     ".git/modules/**/commondir",
     ".git/modules/**/hooks",
     ".git/modules/**/hooks/**",
+    ".git/worktrees/*/config.worktree",
+    ".git/worktrees/*/commondir",
     ".tether",
     ".tether/**",
 ];

@@ -196,9 +196,11 @@ pub const GIT_CONTROL: [&str; 4] = ["config", "config.worktree", "hooks", "commo
 const MODULES_MAX_DEPTH: usize = 8;
 const MODULES_MAX_DIRS: usize = 1024;
 
-/// The workspace's git directories, relative: `.git` (when it is a directory)
-/// and, under `.git/modules`, those of its submodules, which git also obeys
-/// (a plain `git status` recurses into submodules and reads their config).
+/// The workspace's git directories, relative: `.git` (when it is a directory);
+/// under `.git/modules`, those of its submodules, which git also obeys (a
+/// plain `git status` recurses into submodules and reads their config); and
+/// under `.git/worktrees`, those of linked worktrees elsewhere, whose git
+/// obeys their `commondir` and `config.worktree`.
 pub fn git_dirs(root: &Path) -> Vec<String> {
     // A `.git` symlink to a directory is a git directory too: git follows it,
     // and so do the mounts made on paths beneath it.
@@ -206,12 +208,20 @@ pub fn git_dirs(root: &Path) -> Vec<String> {
         return Vec::new();
     }
     let mut found = vec![".git".to_string()];
+    if let Ok(rd) = std::fs::read_dir(root.join(".git/worktrees")) {
+        for e in rd.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())) {
+            found.push(format!(".git/worktrees/{}", e.file_name().to_string_lossy()));
+        }
+    }
     let mut stack = vec![(".git/modules".to_string(), 0)];
     let mut visited = 0;
     while let Some((dir, depth)) = stack.pop() {
         visited += 1;
-        if depth > MODULES_MAX_DEPTH || visited > MODULES_MAX_DIRS {
+        if visited > MODULES_MAX_DIRS {
             break;
+        }
+        if depth > MODULES_MAX_DEPTH {
+            continue;
         }
         let Ok(rd) = std::fs::read_dir(root.join(&dir)) else {
             continue;
