@@ -352,6 +352,42 @@ fn a_symlinked_git_directory_is_protected_and_put_back() {
 }
 
 #[test]
+fn a_submodules_git_directory_cannot_be_swapped_by_renaming_it_or_its_parent() {
+    // Renaming `.git/modules` (or the submodule's directory) would carry its
+    // read-only config away and leave room for a new one with the same name:
+    // every directory down to a git directory is pinned, so neither moves.
+    let w = World::new();
+    git_like(&w);
+    w.write(".git/modules/sub/HEAD", "ref: refs/heads/main\n");
+    w.write(".git/modules/sub/config", "[core]\n");
+    for swap in ["mv .git/modules .git/m2", "mv .git/modules/sub .git/modules/s2"] {
+        let script = format!(
+            "{swap}; mkdir -p .git/modules/sub && printf x | tee .git/modules/sub/HEAD; \
+             printf '[core]\\n\\tfsmonitor = evil\\n' | tee .git/modules/sub/config; echo end"
+        );
+        let o = w.run(&script);
+        assert_eq!(
+            std::fs::read_to_string(w.ws.join(".git/modules/sub/config")).unwrap(),
+            "[core]\n",
+            "{swap}: {}",
+            text(&o)
+        );
+        assert!(
+            !exists(&w.ws.join(".git/m2")) && !exists(&w.ws.join(".git/modules/s2")),
+            "{swap}"
+        );
+    }
+    // Control: without the sandbox the swap works.
+    let c = w.control("mv .git/modules .git/m2 && mkdir -p .git/modules/sub && printf x > .git/modules/sub/HEAD && printf evil > .git/modules/sub/config");
+    assert_eq!(
+        std::fs::read_to_string(w.ws.join(".git/modules/sub/config")).unwrap(),
+        "evil",
+        "control: {}",
+        text(&c)
+    );
+}
+
+#[test]
 fn a_git_file_pointing_at_the_git_directory_stays_as_it_is() {
     // A worktree or a submodule's checkout has a `.git` file naming its git
     // directory; pointing it at one the command made would hand git a config

@@ -110,7 +110,8 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>) -> Hos
             }
         }
     }
-    let protected_present = protected_present(workspace);
+    let git = crate::workspace::git_layout(workspace);
+    let protected_present = protected_present(workspace, &git);
     let policy_files_in_workspace = policy
         .files
         .iter()
@@ -153,10 +154,11 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>) -> Hos
         venv_prefixes,
         secret_files: scan_secrets(workspace),
         protected_present,
-        protected_parents: [".git"]
+        protected_parents: git
+            .pins
             .iter()
             .map(|rel| workspace.join(rel))
-            .filter(|p| std::fs::symlink_metadata(p).is_ok_and(|m| !m.file_type().is_symlink()))
+            .filter(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir()))
             .collect(),
         policy_files_in_workspace,
         system_secrets,
@@ -220,14 +222,13 @@ fn tool_root(dir: &Path, home: Option<&Path>) -> PathBuf {
 /// hooks, `commondir`: see `workspace::GIT_CONTROL`) and a `.git` that is a
 /// file (a worktree's or submodule's pointer to its git directory). `.env*`
 /// files are found by the secret scan; policy files are listed by the policy.
-fn protected_present(workspace: &Path) -> Vec<(PathBuf, bool)> {
-    let git_dirs = crate::workspace::git_dirs(workspace);
-    let mut candidates = vec![".tether".to_string()];
-    if git_dirs.is_empty() {
+fn protected_present(workspace: &Path, git: &crate::workspace::GitLayout) -> Vec<(PathBuf, bool)> {
+    let mut candidates = vec![PathBuf::from(".tether")];
+    if git.dirs.is_empty() {
         candidates.push(".git".into());
     }
-    for g in &git_dirs {
-        candidates.extend(crate::workspace::GIT_CONTROL.iter().map(|c| format!("{g}/{c}")));
+    for g in &git.dirs {
+        candidates.extend(crate::workspace::GIT_CONTROL.iter().map(|c| g.join(c)));
     }
     let mut out = Vec::new();
     for rel in candidates {

@@ -133,7 +133,8 @@ pub struct HostFacts {
     pub secret_files: Vec<PathBuf>,
     /// Protected paths in the workspace that exist: (path, is_dir).
     pub protected_present: Vec<(PathBuf, bool)>,
-    /// Parents of protected paths that exist (`.git`): pinned in place.
+    /// Every directory from `.git` down to each git directory (submodules',
+    /// linked worktrees'): pinned in place (`workspace::GitLayout::pins`).
     pub protected_parents: Vec<PathBuf>,
     /// Policy files that sit inside the workspace.
     pub policy_files_in_workspace: Vec<PathBuf>,

@@ -196,24 +196,51 @@ pub const GIT_CONTROL: [&str; 4] = ["config", "config.worktree", "hooks", "commo
 const MODULES_MAX_DEPTH: usize = 8;
 const MODULES_MAX_DIRS: usize = 1024;
 
-/// The workspace's git directories, relative: `.git` (when it is a directory);
-/// under `.git/modules`, those of its submodules, which git also obeys (a
-/// plain `git status` recurses into submodules and reads their config); and
-/// under `.git/worktrees`, those of linked worktrees elsewhere, whose git
-/// obeys their `commondir` and `config.worktree`.
-pub fn git_dirs(root: &Path) -> Vec<String> {
+/// Where a workspace's git directories are, relative to it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GitLayout {
+    /// `.git` (when it is a directory, or a symlink to one); under
+    /// `.git/modules`, the git directories of its submodules, which git also
+    /// obeys (a plain `git status` recurses into submodules and reads their
+    /// config); under `.git/worktrees`, those of linked worktrees elsewhere,
+    /// whose git obeys their `commondir` and `config.worktree`.
+    pub dirs: Vec<PathBuf>,
+    /// Every directory from `.git` down to each of those: pinned in bind mode
+    /// (a mount point cannot be renamed), because renaming any of them would
+    /// carry read-only control files away and leave room for new ones.
+    pub pins: Vec<PathBuf>,
+}
+
+/// Finds the workspace's git directories (names are bytes: nothing is lost
+/// to a name that is not UTF-8).
+pub fn git_layout(root: &Path) -> GitLayout {
+    let mut layout = GitLayout::default();
     // A `.git` symlink to a directory is a git directory too: git follows it,
     // and so do the mounts made on paths beneath it.
-    if !std::fs::metadata(root.join(".git")).is_ok_and(|m| m.is_dir()) {
-        return Vec::new();
+    let git = PathBuf::from(".git");
+    if !std::fs::metadata(root.join(&git)).is_ok_and(|m| m.is_dir()) {
+        return layout;
     }
-    let mut found = vec![".git".to_string()];
-    if let Ok(rd) = std::fs::read_dir(root.join(".git/worktrees")) {
-        for e in rd.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())) {
-            found.push(format!(".git/worktrees/{}", e.file_name().to_string_lossy()));
-        }
+    layout.dirs.push(git.clone());
+    layout.pins.push(git.clone());
+    let subdirs = |rel: &Path| -> Vec<PathBuf> {
+        std::fs::read_dir(root.join(rel))
+            .map(|rd| {
+                rd.flatten()
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                    .map(|e| rel.join(e.file_name()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let worktrees = git.join("worktrees");
+    let linked = subdirs(&worktrees);
+    if !linked.is_empty() {
+        layout.pins.push(worktrees);
+        layout.pins.extend(linked.iter().cloned());
+        layout.dirs.extend(linked);
     }
-    let mut stack = vec![(".git/modules".to_string(), 0)];
+    let mut stack = vec![(git.join("modules"), 0)];
     let mut visited = 0;
     while let Some((dir, depth)) = stack.pop() {
         visited += 1;
@@ -223,36 +250,36 @@ pub fn git_dirs(root: &Path) -> Vec<String> {
         if depth > MODULES_MAX_DEPTH {
             continue;
         }
-        let Ok(rd) = std::fs::read_dir(root.join(&dir)) else {
+        let entries = subdirs(&dir);
+        if entries.is_empty() {
             continue;
-        };
-        for e in rd.flatten() {
-            if !e.file_type().is_ok_and(|t| t.is_dir()) {
-                continue;
-            }
-            let rel = format!("{dir}/{}", e.file_name().to_string_lossy());
+        }
+        layout.pins.push(dir);
+        for rel in entries {
             if root.join(&rel).join("HEAD").exists() {
                 // A submodule's git directory; its own submodules are below.
-                stack.push((format!("{rel}/modules"), depth + 1));
-                found.push(rel);
+                stack.push((rel.join("modules"), depth + 1));
+                layout.dirs.push(rel.clone());
             } else {
                 // A level of a submodule name with `/` in it.
-                stack.push((rel, depth + 1));
+                stack.push((rel.clone(), depth + 1));
             }
+            layout.pins.push(rel);
         }
     }
-    found
+    layout
 }
 
 /// Protected paths whose identity is checked around a run (relative to the
 /// workspace): `.git`, `.tether`, and the [`GIT_CONTROL`] entries of every git
 /// directory. Existing ones are also read-only inside the sandbox; these
 /// checks cover the ones that did not exist yet.
-pub fn protected_identities(git_dirs: &[String]) -> Vec<String> {
-    let mut out = vec![".git".to_string(), ".tether".to_string()];
-    for g in git_dirs.iter().map(String::as_str).chain(std::iter::once(".git")) {
+pub fn protected_identities(git_dirs: &[PathBuf]) -> Vec<PathBuf> {
+    let git = PathBuf::from(".git");
+    let mut out = vec![git.clone(), PathBuf::from(".tether")];
+    for g in git_dirs.iter().chain(std::iter::once(&git)) {
         for c in GIT_CONTROL {
-            let p = format!("{g}/{c}");
+            let p = g.join(c);
             if !out.contains(&p) {
                 out.push(p);
             }
@@ -264,8 +291,8 @@ pub fn protected_identities(git_dirs: &[String]) -> Vec<String> {
 /// (device, inode) of each protected path before a run; `None` where absent.
 #[derive(Debug, Clone)]
 pub struct ProtectedSnapshot {
-    entries: Vec<(String, Option<(u64, u64)>)>,
-    git_dirs: Vec<String>,
+    entries: Vec<(PathBuf, Option<(u64, u64)>)>,
+    git_dirs: Vec<PathBuf>,
 }
 
 fn identity(p: &Path) -> Option<(u64, u64)> {
@@ -273,9 +300,9 @@ fn identity(p: &Path) -> Option<(u64, u64)> {
 }
 
 /// Record the protected paths' identities (a few `lstat`s; a repository with
-/// submodules adds a short walk of `.git/modules`).
+/// submodules or linked worktrees adds a short walk of them).
 pub fn snapshot_protected(root: &Path) -> ProtectedSnapshot {
-    let git_dirs = git_dirs(root);
+    let git_dirs = git_layout(root).dirs;
     ProtectedSnapshot {
         entries: protected_identities(&git_dirs)
             .into_iter()
@@ -311,16 +338,17 @@ pub fn enforce_protected(root: &Path, before: &ProtectedSnapshot) -> Result<Vec<
     // Submodule git directories the run created: their control files are
     // protected paths that did not exist before.
     let mut entries = before.entries.clone();
-    for g in git_dirs(root).iter().filter(|g| !before.git_dirs.contains(g)) {
+    for g in git_layout(root).dirs.iter().filter(|g| !before.git_dirs.contains(g)) {
         for c in GIT_CONTROL {
-            let rel = format!("{g}/{c}");
+            let rel = g.join(c);
             if !entries.iter().any(|(r, _)| *r == rel) {
                 entries.push((rel, None));
             }
         }
     }
+    let git = Path::new(".git");
     for (rel, was) in &entries {
-        let rel = rel.as_str();
+        let rel = rel.as_path();
         let p = root.join(rel);
         let now = identity(&p);
         if now == *was {
@@ -330,17 +358,18 @@ pub fn enforce_protected(root: &Path, before: &ProtectedSnapshot) -> Result<Vec<
             (None, Some(_)) => {
                 // Created by the run. `.git` itself is not protected (only its
                 // hooks and config), so a new repository keeps its objects.
-                if rel == ".git" {
+                if rel == git {
                     continue;
                 }
                 let q = quarantine_name(&p);
                 std::fs::rename(&p, &q).map_err(|e| io(&p, e))?;
                 violations.push(format!(
-                    "created protected path `{rel}`; moved aside to `{}`",
+                    "created protected path `{}`; moved aside to `{}`",
+                    rel.display(),
                     q.strip_prefix(root).unwrap_or(&q).display()
                 ));
             }
-            (Some(id), _) if rel == ".git" => {
+            (Some(id), _) if rel == git => {
                 // The repository was renamed away (and maybe replaced): find the
                 // original by its inode at the top of the workspace and put it back.
                 let original = std::fs::read_dir(root)
