@@ -388,6 +388,41 @@ fn a_submodules_git_directory_cannot_be_swapped_by_renaming_it_or_its_parent() {
 }
 
 #[test]
+fn the_check_after_the_run_never_moves_files_outside_the_workspace() {
+    // In a folder that is not a repository the run makes `.git` a symlink to
+    // a directory of the host holding a `config` (another repository, ~/.ssh
+    // ...): tether-exec's clean-up after the run must not rename that file
+    // through the link. The link itself is moved aside.
+    let w = World::new();
+    std::fs::create_dir_all(w.outside.join("victim/hooks")).unwrap();
+    std::fs::write(w.outside.join("victim/config"), "host config\n").unwrap();
+    std::fs::write(w.outside.join("victim/HEAD"), "ref: refs/heads/main\n").unwrap();
+    let script = format!("ln -s {} .git; echo made", w.outside.join("victim").display());
+    let o = w.run(&script);
+    assert!(stdout(&o).contains("made"), "{}", text(&o));
+    assert_eq!(
+        std::fs::read_to_string(w.outside.join("victim/config")).unwrap(),
+        "host config\n",
+        "the host's file was moved: {}",
+        text(&o)
+    );
+    assert!(exists(&w.outside.join("victim/hooks")), "{}", text(&o));
+    let renamed: Vec<_> = std::fs::read_dir(w.outside.join("victim"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("quarantine"))
+        .collect();
+    assert!(renamed.is_empty(), "{renamed:?}");
+    assert!(
+        std::fs::symlink_metadata(w.ws.join(".git")).is_err(),
+        "the planted link stayed: {}",
+        text(&o)
+    );
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+}
+
+#[test]
 fn a_git_file_pointing_at_the_git_directory_stays_as_it_is() {
     // A worktree or a submodule's checkout has a `.git` file naming its git
     // directory; pointing it at one the command made would hand git a config

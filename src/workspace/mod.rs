@@ -223,7 +223,11 @@ pub fn git_layout(root: &Path) -> GitLayout {
     }
     layout.dirs.push(git.clone());
     layout.pins.push(git.clone());
+    // Never through a symlink below `.git`: what it points at is not ours.
     let subdirs = |rel: &Path| -> Vec<PathBuf> {
+        if !std::fs::symlink_metadata(root.join(rel)).is_ok_and(|m| m.is_dir()) {
+            return Vec::new();
+        }
         std::fs::read_dir(root.join(rel))
             .map(|rd| {
                 rd.flatten()
@@ -256,7 +260,7 @@ pub fn git_layout(root: &Path) -> GitLayout {
         }
         layout.pins.push(dir);
         for rel in entries {
-            if root.join(&rel).join("HEAD").exists() {
+            if std::fs::symlink_metadata(root.join(&rel).join("HEAD")).is_ok() {
                 // A submodule's git directory; its own submodules are below.
                 stack.push((rel.join("modules"), depth + 1));
                 layout.dirs.push(rel.clone());
@@ -330,13 +334,9 @@ fn quarantine_name(p: &Path) -> PathBuf {
 /// deleted: the operator may want to see it), and a `.git` that was replaced
 /// is put back from where the run moved it. Returns one line per violation.
 pub fn enforce_protected(root: &Path, before: &ProtectedSnapshot) -> Result<Vec<String>, WorkspaceError> {
-    let io = |path: &Path, e: std::io::Error| WorkspaceError::Read {
-        path: path.to_path_buf(),
-        source: e,
-    };
     let mut violations = Vec::new();
-    // Submodule git directories the run created: their control files are
-    // protected paths that did not exist before.
+    // Git directories the run created: their control files are protected
+    // paths that did not exist before.
     let mut entries = before.entries.clone();
     for g in git_layout(root).dirs.iter().filter(|g| !before.git_dirs.contains(g)) {
         for c in GIT_CONTROL {
@@ -346,6 +346,27 @@ pub fn enforce_protected(root: &Path, before: &ProtectedSnapshot) -> Result<Vec<
             }
         }
     }
+    let shown = |p: &Path| p.strip_prefix(root).unwrap_or(p).display().to_string();
+    // Moves `p` aside, never through a symlink that leads out of the
+    // workspace (the run may have planted one to make us rename a file of
+    // the host's); every failure is reported and the others still go on.
+    let move_aside = |rel: &Path, p: &Path, what: &str, violations: &mut Vec<String>| {
+        if !stays_inside(root, p) {
+            violations.push(format!(
+                "{what} `{}`, reached through a symlink that leads out of the workspace; left where it is",
+                rel.display()
+            ));
+            return;
+        }
+        let q = quarantine_name(p);
+        match std::fs::rename(p, &q) {
+            Ok(()) => violations.push(format!("{what} `{}`; moved aside to `{}`", rel.display(), shown(&q))),
+            Err(e) => violations.push(format!(
+                "{what} `{}`, and it could not be moved aside: {e}",
+                rel.display()
+            )),
+        }
+    };
     let git = Path::new(".git");
     for (rel, was) in &entries {
         let rel = rel.as_path();
@@ -357,52 +378,48 @@ pub fn enforce_protected(root: &Path, before: &ProtectedSnapshot) -> Result<Vec<
         match (was, now) {
             (None, Some(_)) => {
                 // Created by the run. `.git` itself is not protected (only its
-                // hooks and config), so a new repository keeps its objects.
-                if rel == git {
+                // control files), so a new repository keeps its objects; a new
+                // `.git` that is a symlink would point git anywhere.
+                let link = std::fs::symlink_metadata(&p).is_ok_and(|m| m.file_type().is_symlink());
+                if rel == git && !link {
                     continue;
                 }
-                let q = quarantine_name(&p);
-                std::fs::rename(&p, &q).map_err(|e| io(&p, e))?;
-                violations.push(format!(
-                    "created protected path `{}`; moved aside to `{}`",
-                    rel.display(),
-                    q.strip_prefix(root).unwrap_or(&q).display()
-                ));
+                move_aside(rel, &p, "created protected path", &mut violations);
             }
             (Some(id), _) if rel == git => {
                 // The repository was renamed away (and maybe replaced): find the
                 // original by its inode at the top of the workspace and put it back.
                 let original = std::fs::read_dir(root)
-                    .map_err(|e| io(root, e))?
-                    .flatten()
-                    .map(|e| e.path())
-                    .find(|c| identity(c) == Some(*id));
-                let mut line = String::from("replaced `.git`");
+                    .map(|rd| rd.flatten().map(|e| e.path()).find(|c| identity(c) == Some(*id)))
+                    .unwrap_or(None);
                 if now.is_some() {
-                    let q = quarantine_name(&p);
-                    std::fs::rename(&p, &q).map_err(|e| io(&p, e))?;
-                    line.push_str(&format!(
-                        "; the replacement is at `{}`",
-                        q.strip_prefix(root).unwrap_or(&q).display()
-                    ));
+                    move_aside(rel, &p, "replaced", &mut violations);
                 }
                 match original {
-                    Some(o) => {
-                        std::fs::rename(&o, &p).map_err(|e| io(&o, e))?;
-                        line.push_str(&format!(
-                            "; the original was put back from `{}`",
-                            o.strip_prefix(root).unwrap_or(&o).display()
-                        ));
-                    }
-                    None => line.push_str("; the original is no longer at the top of the workspace"),
+                    Some(o) => match std::fs::rename(&o, &p) {
+                        Ok(()) => violations.push(format!("the original `.git` was put back from `{}`", shown(&o))),
+                        Err(e) => violations.push(format!(
+                            "the original `.git` is at `{}` and could not be put back: {e}",
+                            shown(&o)
+                        )),
+                    },
+                    None => violations
+                        .push("`.git` was renamed away; the original is no longer at the top of the workspace".into()),
                 }
-                violations.push(line);
             }
-            // Existing hooks, config and `.tether` are read-only mounts inside
-            // the sandbox; once `.git` is back they are the originals again.
+            // Existing control files and `.tether` are read-only mounts inside
+            // the sandbox, and their directories are pinned.
             _ => {}
         }
     }
     Ok(violations)
+}
+
+/// Whether `p`'s parent, with every symlink resolved, is inside `root`.
+fn stays_inside(root: &Path, p: &Path) -> bool {
+    match (std::fs::canonicalize(root), p.parent().map(std::fs::canonicalize)) {
+        (Ok(r), Some(Ok(parent))) => parent.starts_with(r),
+        _ => false,
+    }
 }
 pub mod overlay;
