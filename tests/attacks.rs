@@ -422,6 +422,79 @@ fn the_check_after_the_run_never_moves_files_outside_the_workspace() {
     assert_eq!(o.status.code(), Some(77), "{}", text(&o));
 }
 
+fn host_git(w: &World, args: &[&str]) {
+    let o = Command::new("git")
+        .args(["-c", "user.email=t@t", "-c", "user.name=t"])
+        .args(args)
+        .current_dir(&w.ws)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "git {args:?}: {}", text(&o));
+}
+
+const SOME_COMMIT: &str = "1111111111111111111111111111111111111111";
+
+#[test]
+fn repositories_the_index_names_are_protected_like_the_top_one() {
+    // `git status` recurses into every gitlink of the index whose directory
+    // holds a `.git`, and obeys that repository's config. The command may add
+    // a gitlink (the index is writable) and make the repository beside it, or
+    // repoint an existing submodule checkout's `.git` file.
+    let w = World::new();
+    host_git(&w, &["init", "-q"]);
+    w.write(".git/modules/lib/HEAD", "ref: refs/heads/main\n");
+    w.write(".git/modules/lib/config", "[core]\n");
+    w.write("lib/.git", "gitdir: ../.git/modules/lib\n");
+    host_git(
+        &w,
+        &[
+            "update-index",
+            "--add",
+            "--cacheinfo",
+            &format!("160000,{SOME_COMMIT},lib"),
+        ],
+    );
+    let nested = format!(
+        "git init -q vendor/x && printf '\\tfsmonitor = evil\\n' | tee -a vendor/x/.git/config >/dev/null && \
+         git update-index --add --cacheinfo 160000,{SOME_COMMIT},vendor/x && echo NESTED"
+    );
+    let repoint = "printf 'gitdir: ../evil\\n' | tee lib/.git; echo REPOINT";
+    let o = w.run(&format!("{nested}; {repoint}"));
+    assert!(stdout(&o).contains("NESTED"), "the attack did not run: {}", text(&o));
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    assert!(
+        !exists(&w.ws.join("vendor/x/.git/config")),
+        "the nested config survived: {}",
+        text(&o)
+    );
+    assert_eq!(
+        std::fs::read_to_string(w.ws.join("lib/.git")).unwrap(),
+        "gitdir: ../.git/modules/lib\n",
+        "{}",
+        text(&o)
+    );
+    // The checkout renamed away and made again with another pointer.
+    let o = w.run("mv lib lib2 && mkdir lib && printf 'gitdir: ../evil\\n' | tee lib/.git && echo SWAPPED");
+    assert!(stdout(&o).contains("SWAPPED"), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    assert!(
+        !exists(&w.ws.join("lib/.git")),
+        "the new pointer survived: {}",
+        text(&o)
+    );
+    // Control: without the sandbox both land.
+    std::fs::remove_dir_all(w.ws.join("vendor")).unwrap();
+    let c = w.control(&format!("{nested}; {repoint}"));
+    assert!(exists(&w.ws.join("vendor/x/.git/config")), "control: {}", text(&c));
+    assert!(
+        std::fs::read_to_string(w.ws.join("lib/.git"))
+            .unwrap_or_default()
+            .contains("evil"),
+        "control: {}",
+        text(&c)
+    );
+}
+
 #[test]
 fn a_git_file_pointing_at_the_git_directory_stays_as_it_is() {
     // A worktree or a submodule's checkout has a `.git` file naming its git

@@ -230,6 +230,7 @@ fn protected_present(workspace: &Path, git: &crate::workspace::GitLayout) -> Vec
     for g in &git.dirs {
         candidates.extend(crate::workspace::GIT_CONTROL.iter().map(|c| g.join(c)));
     }
+    candidates.extend(git.pointers.iter().cloned());
     let mut out = Vec::new();
     for rel in candidates {
         let p = workspace.join(&rel);

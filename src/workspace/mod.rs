@@ -209,6 +209,12 @@ pub struct GitLayout {
     /// (a mount point cannot be renamed), because renaming any of them would
     /// carry read-only control files away and leave room for new ones.
     pub pins: Vec<PathBuf>,
+    /// `.git` files of the checkouts the index has gitlinks for (a submodule's
+    /// pointer to its git directory): git follows them when it recurses.
+    pub pointers: Vec<PathBuf>,
+    /// The index could not be read (a split index, or damage): the gitlinks,
+    /// and so the nested repositories, are unknown.
+    pub index_unreadable: bool,
 }
 
 /// Finds the workspace's git directories (names are bytes: nothing is lost
@@ -243,6 +249,25 @@ pub fn git_layout(root: &Path) -> GitLayout {
         layout.pins.push(worktrees);
         layout.pins.extend(linked.iter().cloned());
         layout.dirs.extend(linked);
+    }
+    // Submodule checkouts and nested repositories that the index names: git
+    // recurses into them and obeys their config. Their `.git` is a directory
+    // (a git directory of its own) or a file pointing at one.
+    match gitindex::gitlinks(&root.join(&git)) {
+        Some(links) => {
+            for l in links {
+                let dotgit = l.join(".git");
+                match std::fs::symlink_metadata(root.join(&dotgit)) {
+                    Ok(m) if m.is_dir() => {
+                        layout.dirs.push(dotgit.clone());
+                        layout.pins.push(dotgit);
+                    }
+                    Ok(m) if m.is_file() => layout.pointers.push(dotgit),
+                    _ => {}
+                }
+            }
+        }
+        None => layout.index_unreadable = true,
     }
     let mut stack = vec![(git.join("modules"), 0)];
     let mut visited = 0;
@@ -297,6 +322,8 @@ pub fn protected_identities(git_dirs: &[PathBuf]) -> Vec<PathBuf> {
 pub struct ProtectedSnapshot {
     entries: Vec<(PathBuf, Option<(u64, u64)>)>,
     git_dirs: Vec<PathBuf>,
+    pointers: Vec<(PathBuf, Option<(u64, u64)>)>,
+    index_unreadable: bool,
 }
 
 fn identity(p: &Path) -> Option<(u64, u64)> {
@@ -306,16 +333,19 @@ fn identity(p: &Path) -> Option<(u64, u64)> {
 /// Record the protected paths' identities (a few `lstat`s; a repository with
 /// submodules or linked worktrees adds a short walk of them).
 pub fn snapshot_protected(root: &Path) -> ProtectedSnapshot {
-    let git_dirs = git_layout(root).dirs;
+    let layout = git_layout(root);
+    let with_identity = |rel: PathBuf| {
+        let id = identity(&root.join(&rel));
+        (rel, id)
+    };
     ProtectedSnapshot {
-        entries: protected_identities(&git_dirs)
+        entries: protected_identities(&layout.dirs)
             .into_iter()
-            .map(|rel| {
-                let id = identity(&root.join(&rel));
-                (rel, id)
-            })
+            .map(with_identity)
             .collect(),
-        git_dirs,
+        pointers: layout.pointers.into_iter().map(with_identity).collect(),
+        git_dirs: layout.dirs,
+        index_unreadable: layout.index_unreadable,
     }
 }
 
@@ -338,7 +368,8 @@ pub fn enforce_protected(root: &Path, before: &ProtectedSnapshot) -> Result<Vec<
     // Git directories the run created: their control files are protected
     // paths that did not exist before.
     let mut entries = before.entries.clone();
-    for g in git_layout(root).dirs.iter().filter(|g| !before.git_dirs.contains(g)) {
+    let after = git_layout(root);
+    for g in after.dirs.iter().filter(|g| !before.git_dirs.contains(g)) {
         for c in GIT_CONTROL {
             let rel = g.join(c);
             if !entries.iter().any(|(r, _)| *r == rel) {
@@ -412,6 +443,20 @@ pub fn enforce_protected(root: &Path, before: &ProtectedSnapshot) -> Result<Vec<
             _ => {}
         }
     }
+    // A submodule's `.git` file that the run created, or replaced (its
+    // checkout renamed away and made again): git would follow it anywhere.
+    for ptr in &after.pointers {
+        let was = before.pointers.iter().find(|(r, _)| r == ptr).and_then(|(_, id)| *id);
+        let p = root.join(ptr);
+        if identity(&p) != was {
+            move_aside(ptr, &p, "created or replaced the submodule pointer", &mut violations);
+        }
+    }
+    if after.index_unreadable && !before.index_unreadable {
+        violations.push(
+            "the run left a git index that tether-exec cannot read (a split index, or damage): the repositories it names were not checked".into(),
+        );
+    }
     Ok(violations)
 }
 
@@ -422,4 +467,5 @@ fn stays_inside(root: &Path, p: &Path) -> bool {
         _ => false,
     }
 }
+pub mod gitindex;
 pub mod overlay;
