@@ -169,6 +169,18 @@ mod tests {
     }
 
     #[test]
+    fn finds_gitlinks_in_a_sha256_repository() {
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path();
+        git(d, &["init", "-q", "--object-format=sha256"]);
+        std::fs::write(d.join("a.txt"), "a").unwrap();
+        git(d, &["add", "."]);
+        let id = "1".repeat(64);
+        git(d, &["update-index", "--add", "--cacheinfo", &format!("160000,{id},vendor/x")]);
+        assert_eq!(gitlinks(&d.join(".git")), Some(vec![PathBuf::from("vendor/x")]));
+    }
+
+    #[test]
     fn an_index_it_cannot_vouch_for_is_none() {
         assert_eq!(parse(b"DIRX\0\0\0\x02\0\0\0\0", 20), None);
         assert_eq!(parse(b"DIRC\0\0\0\x02\0\0\0\x05", 20), None);
