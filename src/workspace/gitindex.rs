@@ -19,16 +19,53 @@ use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 
+/// What identifies one state of an index file: any write changes its ctime,
+/// a rename-over its inode.
+type Stamp = (PathBuf, u64, u64, u64, i64, i64, i64, i64);
+
+/// The last index read by this process: a run asks before it plans, when it
+/// snapshots, and after it ends; a large repository's index is megabytes.
+static LAST: std::sync::Mutex<Option<(Stamp, Option<Vec<PathBuf>>)>> = std::sync::Mutex::new(None);
+
 /// The gitlink paths of `<git_dir>/index`, relative to the work tree; empty
 /// when there is no index. `None`: an index this reader cannot vouch for.
 pub fn gitlinks(git_dir: &Path) -> Option<Vec<PathBuf>> {
-    let data = match std::fs::read(git_dir.join("index")) {
-        Ok(d) => d,
+    use std::os::unix::fs::MetadataExt;
+    let path = git_dir.join("index");
+    let m = match std::fs::symlink_metadata(&path) {
+        Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Some(Vec::new()),
         Err(_) => return None,
     };
-    let hash_len = if sha256_repository(git_dir) { 32 } else { 20 };
-    parse(&data, hash_len)
+    let stamp: Stamp = (
+        path.clone(),
+        m.dev(),
+        m.ino(),
+        m.size(),
+        m.mtime(),
+        m.mtime_nsec(),
+        m.ctime(),
+        m.ctime_nsec(),
+    );
+    let mut last = LAST.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((s, links)) = last.as_ref() {
+        if *s == stamp {
+            return links.clone();
+        }
+    }
+    let links = if m.is_file() {
+        std::fs::File::open(&path).ok().and_then(|f| {
+            let hash_len = if sha256_repository(git_dir) { 32 } else { 20 };
+            // Streamed through one window: a large repository's index is
+            // megabytes, and memory touched for the first time costs a page
+            // fault per page.
+            parse(f, m.size(), hash_len)
+        })
+    } else {
+        None
+    };
+    *last = Some((stamp, links.clone()));
+    links
 }
 
 fn sha256_repository(git_dir: &Path) -> bool {
@@ -40,77 +77,164 @@ fn sha256_repository(git_dir: &Path) -> bool {
     })
 }
 
-fn be32(d: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_be_bytes(d.get(at..at + 4)?.try_into().ok()?))
+/// A window over a stream: fields are parsed from a slice, refilled from
+/// the reader in large reads (an index has one small entry per file).
+struct Window<R> {
+    inner: R,
+    /// Allocated once; `buf[at..filled]` is what has been read and not used.
+    buf: Vec<u8>,
+    at: usize,
+    filled: usize,
+    /// Position in the stream of `buf[at]`.
+    pos: u64,
 }
 
-/// git's offset varint (version 4 path compression).
-fn varint(d: &[u8]) -> Option<(usize, usize)> {
-    let mut i = 0;
-    let mut c = *d.first()?;
-    let mut value = usize::from(c & 127);
-    while c & 128 != 0 {
-        i += 1;
-        c = *d.get(i)?;
-        value = value
-            .checked_add(1)?
-            .checked_mul(128)?
-            .checked_add(usize::from(c & 127))?;
+impl<R: std::io::Read> Window<R> {
+    fn new(inner: R) -> Self {
+        Window {
+            inner,
+            buf: vec![0; 256 * 1024],
+            at: 0,
+            filled: 0,
+            pos: 0,
+        }
     }
-    Some((value, i + 1))
+
+    /// Makes `n` bytes available at the cursor; `None` at the end.
+    fn ensure(&mut self, n: usize) -> Option<&[u8]> {
+        if self.filled - self.at < n {
+            self.buf.copy_within(self.at..self.filled, 0);
+            self.filled -= self.at;
+            self.at = 0;
+            if self.buf.len() < n {
+                self.buf.resize(n, 0);
+            }
+            while self.filled < n {
+                let got = self.inner.read(&mut self.buf[self.filled..]).ok()?;
+                if got == 0 {
+                    return None;
+                }
+                self.filled += got;
+            }
+        }
+        Some(&self.buf[self.at..self.at + n])
+    }
+
+    fn advance(&mut self, n: usize) {
+        self.at += n;
+        self.pos += n as u64;
+    }
+
+    fn be32_at(&mut self, offset: usize) -> Option<u32> {
+        let b = self.ensure(offset + 4)?;
+        Some(u32::from_be_bytes(b[offset..offset + 4].try_into().ok()?))
+    }
+
+    /// Appends up to and not including the next NUL, which is consumed.
+    fn until_nul(&mut self, out: &mut Vec<u8>) -> Option<()> {
+        loop {
+            self.ensure(1)?;
+            let chunk = &self.buf[self.at..self.filled];
+            match chunk.iter().position(|b| *b == 0) {
+                Some(i) => {
+                    out.extend_from_slice(&chunk[..i]);
+                    self.advance(i + 1);
+                    return Some(());
+                }
+                None => {
+                    let n = chunk.len();
+                    out.extend_from_slice(chunk);
+                    self.advance(n);
+                }
+            }
+        }
+    }
+
+    /// git's offset varint (version 4 path compression).
+    fn varint(&mut self) -> Option<usize> {
+        let mut c = self.ensure(1)?[0];
+        self.advance(1);
+        let mut value = usize::from(c & 127);
+        while c & 128 != 0 {
+            c = self.ensure(1)?[0];
+            self.advance(1);
+            value = value
+                .checked_add(1)?
+                .checked_mul(128)?
+                .checked_add(usize::from(c & 127))?;
+        }
+        Some(value)
+    }
 }
 
-fn parse(d: &[u8], hash_len: usize) -> Option<Vec<PathBuf>> {
-    if d.get(0..4)? != b"DIRC" {
+fn parse(reader: impl std::io::Read, size: u64, hash_len: usize) -> Option<Vec<PathBuf>> {
+    let mut d = Window::new(reader);
+    if d.ensure(12)?[..4] != *b"DIRC" {
         return None;
     }
-    let version = be32(d, 4)?;
+    let version = d.be32_at(4)?;
     if !(2..=4).contains(&version) {
         return None;
     }
-    let count = be32(d, 8)? as usize;
-    let mut pos = 12;
-    let mut prev: Vec<u8> = Vec::new();
+    let count = d.be32_at(8)?;
+    d.advance(12);
+    // Stat data, object id, flags.
+    let fixed = 40 + hash_len + 2;
+    // Version 4: the previous path, which the next one shares a prefix with.
+    let mut path: Vec<u8> = Vec::new();
     let mut out = Vec::new();
     for _ in 0..count {
-        let start = pos;
-        let mode = be32(d, pos + 24)?;
-        let flags_at = pos + 40 + hash_len;
-        let flags = u16::from_be_bytes(d.get(flags_at..flags_at + 2)?.try_into().ok()?);
-        pos = flags_at + 2;
+        let start = d.pos;
+        let head = d.ensure(fixed)?;
+        let gitlink = u32::from_be_bytes(head[24..28].try_into().ok()?) & 0o170000 == 0o160000;
+        let flags = u16::from_be_bytes(head[fixed - 2..fixed].try_into().ok()?);
+        d.advance(fixed);
         if version >= 3 && flags & 0x4000 != 0 {
-            pos += 2;
+            d.ensure(2)?;
+            d.advance(2);
         }
-        let path = if version == 4 {
-            let (strip, n) = varint(d.get(pos..)?)?;
-            pos += n;
-            let end = pos + d.get(pos..)?.iter().position(|b| *b == 0)?;
-            let mut p = prev.get(..prev.len().checked_sub(strip)?)?.to_vec();
-            p.extend_from_slice(&d[pos..end]);
-            pos = end + 1;
-            p
+        if version == 4 {
+            let strip = d.varint()?;
+            path.truncate(path.len().checked_sub(strip)?);
+            d.until_nul(&mut path)?;
         } else {
-            let end = pos + d.get(pos..)?.iter().position(|b| *b == 0)?;
-            let p = d[pos..end].to_vec();
+            path.clear();
+            // The flags hold the name's length, unless it is 0xFFF or more.
+            let len = usize::from(flags & 0x0FFF);
+            if len < 0x0FFF && !gitlink {
+                d.ensure(len + 1)?;
+                d.advance(len + 1);
+            } else {
+                d.until_nul(&mut path)?;
+            }
             // 1 to 8 NULs pad the entry to a multiple of eight bytes.
-            pos = start + ((end - start + 8) & !7);
-            p
-        };
-        if mode & 0o170000 == 0o160000 {
+            let pad = ((8 - (d.pos - start) % 8) % 8) as usize;
+            d.ensure(pad)?;
+            d.advance(pad);
+        }
+        if gitlink {
             out.push(PathBuf::from(OsString::from_vec(path.clone())));
         }
-        prev = path;
     }
     // Extensions, up to the trailing checksum: a split index keeps entries
     // elsewhere, so this list would be incomplete.
-    let end = d.len().checked_sub(hash_len)?;
-    while pos + 8 <= end {
-        if d.get(pos..pos + 4)? == b"link" {
+    let end = size.checked_sub(hash_len as u64)?;
+    while d.pos + 8 <= end {
+        let header = d.ensure(8)?;
+        if header[..4] == *b"link" {
             return None;
         }
-        pos = pos.checked_add(8)?.checked_add(be32(d, pos + 4)? as usize)?;
+        let len = u32::from_be_bytes(header[4..8].try_into().ok()?) as usize;
+        d.advance(8);
+        let mut left = len;
+        while left > 0 {
+            let step = left.min(64 * 1024);
+            d.ensure(step)?;
+            d.advance(step);
+            left -= step;
+        }
     }
-    (pos == end).then_some(out)
+    (d.pos == end).then_some(out)
 }
 
 #[cfg(test)]
@@ -154,6 +278,11 @@ mod tests {
                     &format!("160000,{id},src/deep/sub"),
                 ],
             );
+            // Names of 0xFFF bytes or more: their length is not in the flags.
+            let long = format!("{}long", "d/".repeat(2100));
+            for entry in [format!("100644,{id},{long}"), format!("160000,{id},{long}-link")] {
+                git(d, &["update-index", "--add", "--cacheinfo", &entry]);
+            }
             // An extended flag (intent to add) forces version 3 entries.
             std::fs::write(d.join("c.txt"), "c").unwrap();
             git(d, &["add", "-N", "c.txt"]);
@@ -162,7 +291,11 @@ mod tests {
             links.sort();
             assert_eq!(
                 links,
-                vec![PathBuf::from("src/deep/sub"), PathBuf::from("vendor/x")],
+                vec![
+                    PathBuf::from(format!("{long}-link")),
+                    PathBuf::from("src/deep/sub"),
+                    PathBuf::from("vendor/x")
+                ],
                 "index version {version}"
             );
         }
@@ -176,14 +309,18 @@ mod tests {
         std::fs::write(d.join("a.txt"), "a").unwrap();
         git(d, &["add", "."]);
         let id = "1".repeat(64);
-        git(d, &["update-index", "--add", "--cacheinfo", &format!("160000,{id},vendor/x")]);
+        git(
+            d,
+            &["update-index", "--add", "--cacheinfo", &format!("160000,{id},vendor/x")],
+        );
         assert_eq!(gitlinks(&d.join(".git")), Some(vec![PathBuf::from("vendor/x")]));
     }
 
     #[test]
     fn an_index_it_cannot_vouch_for_is_none() {
-        assert_eq!(parse(b"DIRX\0\0\0\x02\0\0\0\0", 20), None);
-        assert_eq!(parse(b"DIRC\0\0\0\x02\0\0\0\x05", 20), None);
+        let bad = |b: &[u8]| parse(b, b.len() as u64, 20);
+        assert_eq!(bad(b"DIRX\0\0\0\x02\0\0\0\0"), None);
+        assert_eq!(bad(b"DIRC\0\0\0\x02\0\0\0\x05"), None);
         let t = tempfile::tempdir().unwrap();
         assert_eq!(gitlinks(t.path()), Some(Vec::new()), "no index, no gitlinks");
     }
