@@ -407,12 +407,7 @@ fn the_check_after_the_run_never_moves_files_outside_the_workspace() {
         text(&o)
     );
     assert!(exists(&w.outside.join("victim/hooks")), "{}", text(&o));
-    let renamed: Vec<_> = std::fs::read_dir(w.outside.join("victim"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.contains("quarantine"))
-        .collect();
+    let renamed = names_containing(&w.outside.join("victim"), "quarantine");
     assert!(renamed.is_empty(), "{renamed:?}");
     assert!(
         std::fs::symlink_metadata(w.ws.join(".git")).is_err(),

@@ -355,12 +355,7 @@ fn a_one_file_commit_is_a_single_rename_and_needs_no_journal() {
     assert!(!text(&n).contains("interrupted commit"), "{}", text(&n));
     assert!(text(&n).contains("no commit of it was pending"), "{}", text(&n));
     assert_eq!(std::fs::read_dir(w.state.join("overlays")).unwrap().count(), 0);
-    let leftovers: Vec<_> = std::fs::read_dir(&w.ws)
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with(".tether-exec"))
-        .collect();
+    let leftovers = names_containing(&w.ws, ".tether-exec");
     assert!(leftovers.is_empty(), "{leftovers:?}");
     // The hook is only on the single-rename path: two files never reach it.
     let o = run_crashing(

@@ -156,3 +156,13 @@ extern "C" {
 pub fn exists(p: &Path) -> bool {
     std::fs::symlink_metadata(p).is_ok()
 }
+
+/// Names of the entries of `dir` that contain `needle` (leftovers, quarantines).
+pub fn names_containing(dir: &Path, needle: &str) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(needle))
+        .collect()
+}
