@@ -491,6 +491,47 @@ fn repositories_the_index_names_are_protected_like_the_top_one() {
 }
 
 #[test]
+fn a_gitlinks_git_symlink_and_an_index_that_cannot_be_read_are_caught() {
+    let w = World::new();
+    host_git(&w, &["init", "-q"]);
+    // A symlink in place of a checkout's `.git`: git follows it.
+    let script = format!(
+        "git init -q payload && printf '\\tfsmonitor = evil\\n' | tee -a payload/.git/config >/dev/null && \
+         mkdir evil && ln -s ../payload/.git evil/.git && \
+         git update-index --add --cacheinfo 160000,{SOME_COMMIT},evil && echo PLANTED"
+    );
+    let o = w.run(&script);
+    assert!(stdout(&o).contains("PLANTED"), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    assert!(
+        std::fs::symlink_metadata(w.ws.join("evil/.git")).is_err(),
+        "the link survived: {}",
+        text(&o)
+    );
+    // An index this reader cannot vouch for (a split index keeps the entries
+    // elsewhere): reported after the run that made it, and the next writable
+    // run refuses to start until it is rewritten.
+    let o = w.run("git update-index --split-index && echo SPLIT");
+    assert!(stdout(&o).contains("SPLIT"), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    assert!(text(&o).contains("cannot vouch for"), "{}", text(&o));
+    let o = w.run("touch ran.txt");
+    assert_eq!(o.status.code(), Some(125), "{}", text(&o));
+    assert!(text(&o).contains("no-split-index"), "{}", text(&o));
+    assert!(!exists(&w.ws.join("ran.txt")), "a writable run started");
+    host_git(&w, &["update-index", "--no-split-index"]);
+    assert!(w.run("touch ran.txt").status.success());
+    // Control: without the sandbox the link stays.
+    std::fs::create_dir_all(w.ws.join("evil2")).unwrap();
+    let c = w.control("ln -s ../payload/.git evil2/.git");
+    assert!(
+        std::fs::symlink_metadata(w.ws.join("evil2/.git")).is_ok(),
+        "control: {}",
+        text(&c)
+    );
+}
+
+#[test]
 fn a_git_file_pointing_at_the_git_directory_stays_as_it_is() {
     // A worktree or a submodule's checkout has a `.git` file naming its git
     // directory; pointing it at one the command made would hand git a config

@@ -154,6 +154,7 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>) -> Hos
         venv_prefixes,
         secret_files: scan_secrets(workspace),
         protected_present,
+        git_index_unreadable: git.index_unreadable,
         protected_parents: git
             .pins
             .iter()

@@ -136,6 +136,9 @@ pub struct HostFacts {
     /// Every directory from `.git` down to each git directory (submodules',
     /// linked worktrees'): pinned in place (`workspace::GitLayout::pins`).
     pub protected_parents: Vec<PathBuf>,
+    /// The workspace's git index could not be read with confidence: the
+    /// repositories it names (which git obeys) are unknown.
+    pub git_index_unreadable: bool,
     /// Policy files that sit inside the workspace.
     pub policy_files_in_workspace: Vec<PathBuf>,
     /// Readable-by-owner-only secrets of the system (/etc/shadow...), masked when running as root.
@@ -198,6 +201,8 @@ pub enum PlanError {
     GlobNeedsOverlay(String),
     #[error("the overlay workspace cannot use {0}: overlayfs options cannot carry `,`, `:` or `\\` in a path; use a workspace and state directory without them")]
     OverlayPath(PathBuf),
+    #[error("the git index of {0} cannot be read with confidence (a split index, offset tables, names git refuses, or damage), so the repositories it names, whose config git obeys, cannot be protected; a writable run is refused. Rewrite it: `git update-index --no-split-index` (or `rm .git/index && git reset`)")]
+    GitIndexUnreadable(PathBuf),
 }
 
 /// The directory trees `writable_globs` allow, relative to the workspace
@@ -296,6 +301,9 @@ pub fn build(
         });
     }
     let writable = policy.profile() == Profile::WorkspaceWrite;
+    if writable && facts.git_index_unreadable {
+        return Err(PlanError::GitIndexUnreadable(workspace.to_path_buf()));
+    }
     let mut mounts = Vec::new();
 
     // The system, read-only. Merged-/usr links are recreated as links.

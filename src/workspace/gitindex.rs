@@ -167,6 +167,25 @@ impl<R: std::io::Read> Window<R> {
     }
 }
 
+/// Gitlinks beyond this many make the index one this reader does not vouch
+/// for; one longer than a path can be is not listed (no system call, git's
+/// included, reaches it). Together they bound the memory a hostile index takes.
+const MAX_GITLINKS: usize = 10_000;
+const MAX_PATH: usize = 4096;
+
+/// Whether git itself would accept `path` as the name of an index entry:
+/// relative, no empty, `.`, `..` or `.git` component.
+fn acceptable(path: &[u8]) -> bool {
+    !path.is_empty()
+        && path
+            .split(|b| *b == b'/')
+            .all(|c| !c.is_empty() && c != b"." && c != b".." && !c.eq_ignore_ascii_case(b".git"))
+}
+
+/// Parses as git's `read-cache.c` does: a name's length is the one in its
+/// flags unless that says 0xFFF or more, the extended flags follow whenever
+/// the flag says so (whatever the version), and the entry's size follows from
+/// that length, not from where a NUL happens to be.
 fn parse(reader: impl std::io::Read, size: u64, hash_len: usize) -> Option<Vec<PathBuf>> {
     let mut d = Window::new(reader);
     if d.ensure(12)?[..4] != *b"DIRC" {
@@ -180,48 +199,64 @@ fn parse(reader: impl std::io::Read, size: u64, hash_len: usize) -> Option<Vec<P
     d.advance(12);
     // Stat data, object id, flags.
     let fixed = 40 + hash_len + 2;
-    // Version 4: the previous path, which the next one shares a prefix with.
+    // The previous entry's name (version 4 shares prefixes with it).
     let mut path: Vec<u8> = Vec::new();
-    let mut out = Vec::new();
+    let mut out: Vec<Vec<u8>> = Vec::new();
     for _ in 0..count {
         let start = d.pos;
         let head = d.ensure(fixed)?;
         let gitlink = u32::from_be_bytes(head[24..28].try_into().ok()?) & 0o170000 == 0o160000;
         let flags = u16::from_be_bytes(head[fixed - 2..fixed].try_into().ok()?);
         d.advance(fixed);
-        if version >= 3 && flags & 0x4000 != 0 {
+        let mut header = fixed;
+        if flags & 0x4000 != 0 {
             d.ensure(2)?;
             d.advance(2);
+            header += 2;
         }
+        let named = usize::from(flags & 0x0FFF);
         if version == 4 {
-            let strip = d.varint()?;
-            path.truncate(path.len().checked_sub(strip)?);
-            d.until_nul(&mut path)?;
+            let keep = path.len().checked_sub(d.varint()?)?;
+            path.truncate(keep);
+            if named == 0x0FFF {
+                d.until_nul(&mut path)?;
+            } else {
+                let suffix = named.checked_sub(keep)?;
+                let bytes = d.ensure(suffix + 1)?;
+                path.extend_from_slice(&bytes[..suffix]);
+                d.advance(suffix + 1);
+            }
         } else {
             path.clear();
-            // The flags hold the name's length, unless it is 0xFFF or more.
-            let len = usize::from(flags & 0x0FFF);
-            if len < 0x0FFF && !gitlink {
-                d.ensure(len + 1)?;
-                d.advance(len + 1);
-            } else {
+            let len = if named == 0x0FFF {
                 d.until_nul(&mut path)?;
-            }
-            // 1 to 8 NULs pad the entry to a multiple of eight bytes.
-            let pad = ((8 - (d.pos - start) % 8) % 8) as usize;
-            d.ensure(pad)?;
-            d.advance(pad);
+                path.len() + 1
+            } else {
+                path.extend_from_slice(&d.ensure(named)?[..named]);
+                d.advance(named);
+                named
+            };
+            // Padded with NULs to a multiple of eight bytes, at least one.
+            let entry = (header + path.len() + 8) & !7;
+            let rest = entry.checked_sub(header + len)?;
+            d.ensure(rest)?;
+            d.advance(rest);
+            debug_assert_eq!(d.pos - start, entry as u64);
         }
-        if gitlink {
-            out.push(PathBuf::from(OsString::from_vec(path.clone())));
+        if gitlink && path.len() < MAX_PATH {
+            if out.len() >= MAX_GITLINKS || !acceptable(&path) {
+                return None;
+            }
+            out.push(path.clone());
         }
     }
-    // Extensions, up to the trailing checksum: a split index keeps entries
-    // elsewhere, so this list would be incomplete.
+    // Extensions, up to the trailing checksum. A split index keeps entries in
+    // another file; the offset tables let git parse entries from offsets of
+    // their own: this list could differ from what git sees.
     let end = size.checked_sub(hash_len as u64)?;
     while d.pos + 8 <= end {
         let header = d.ensure(8)?;
-        if header[..4] == *b"link" {
+        if matches!(&header[..4], b"link" | b"EOIE" | b"IEOT") {
             return None;
         }
         let len = u32::from_be_bytes(header[4..8].try_into().ok()?) as usize;
@@ -234,7 +269,12 @@ fn parse(reader: impl std::io::Read, size: u64, hash_len: usize) -> Option<Vec<P
             left -= step;
         }
     }
-    (d.pos == end).then_some(out)
+    if d.pos != end {
+        return None;
+    }
+    out.sort();
+    out.dedup();
+    Some(out.into_iter().map(|p| PathBuf::from(OsString::from_vec(p))).collect())
 }
 
 #[cfg(test)]
@@ -279,15 +319,21 @@ mod tests {
                 ],
             );
             // Names of 0xFFF bytes or more: their length is not in the flags.
-            let long = format!("{}long", "d/".repeat(2100));
-            for entry in [format!("100644,{id},{long}"), format!("160000,{id},{long}-link")] {
+            // (One beyond PATH_MAX is not listed: nothing can reach it on disk.)
+            let long = format!("{}long", "d/".repeat(1000));
+            let too_long = format!("{}long", "d/".repeat(2100));
+            for entry in [
+                format!("100644,{id},{too_long}"),
+                format!("160000,{id},{long}-link"),
+                format!("160000,{id},{too_long}-link"),
+            ] {
                 git(d, &["update-index", "--add", "--cacheinfo", &entry]);
             }
             // An extended flag (intent to add) forces version 3 entries.
             std::fs::write(d.join("c.txt"), "c").unwrap();
             git(d, &["add", "-N", "c.txt"]);
             git(d, &["update-index", "--index-version", version]);
-            let mut links = gitlinks(&d.join(".git")).expect("a readable index");
+            let mut links = gitlinks(&d.join(".git")).unwrap_or_else(|| panic!("index version {version} unreadable"));
             links.sort();
             assert_eq!(
                 links,
@@ -314,6 +360,70 @@ mod tests {
             &["update-index", "--add", "--cacheinfo", &format!("160000,{id},vendor/x")],
         );
         assert_eq!(gitlinks(&d.join(".git")), Some(vec![PathBuf::from("vendor/x")]));
+    }
+
+    /// A repository whose index holds gitlink `name` (and one ordinary file).
+    fn repo_with_gitlink(name: &str) -> tempfile::TempDir {
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path();
+        git(d, &["init", "-q"]);
+        std::fs::write(d.join("a.txt"), "a").unwrap();
+        git(d, &["add", "."]);
+        let id = "1".repeat(40);
+        git(
+            d,
+            &["update-index", "--add", "--cacheinfo", &format!("160000,{id},{name}")],
+        );
+        t
+    }
+
+    fn parsed(index: &[u8]) -> Option<Vec<PathBuf>> {
+        parse(index, index.len() as u64, 20)
+    }
+
+    #[test]
+    fn reads_entries_as_git_does_where_a_looser_reader_would_miss_one() {
+        // The extended flag in a version 2 index: git reads the extra flags
+        // anyway, so the name starts two bytes later.
+        let t = repo_with_gitlink("evil");
+        git(t.path(), &["update-index", "--skip-worktree", "evil"]);
+        let mut index = std::fs::read(t.path().join(".git/index")).unwrap();
+        assert_eq!(
+            &index[4..8],
+            &3u32.to_be_bytes(),
+            "skip-worktree makes a version 3 index"
+        );
+        index[4..8].copy_from_slice(&2u32.to_be_bytes());
+        assert_eq!(parsed(&index), Some(vec![PathBuf::from("evil")]));
+        // A name whose flags say one length while its NUL comes later: git
+        // takes the length (`evi`), and so does this reader.
+        let t = repo_with_gitlink("evil");
+        let mut index = std::fs::read(t.path().join(".git/index")).unwrap();
+        let at = index.windows(4).position(|w| w == b"evil").unwrap();
+        index[at - 1] = 3;
+        assert_eq!(parsed(&index), Some(vec![PathBuf::from("evi")]));
+    }
+
+    #[test]
+    fn offset_tables_and_names_git_refuses_make_the_index_unvouched_for() {
+        // An offset table (EOIE) lets git start reading entries elsewhere.
+        let t = repo_with_gitlink("vendor/x");
+        let mut index = std::fs::read(t.path().join(".git/index")).unwrap();
+        assert_eq!(parsed(&index), Some(vec![PathBuf::from("vendor/x")]));
+        let checksum = index.split_off(index.len() - 20);
+        index.extend_from_slice(b"EOIE");
+        index.extend_from_slice(&24u32.to_be_bytes());
+        index.extend_from_slice(&[0; 24]);
+        index.extend_from_slice(&checksum);
+        assert_eq!(parsed(&index), None);
+        // Names git itself refuses (same length as the real one).
+        for bad in [b"a/..", b"./ab", b".git", b"/abc"] {
+            let t = repo_with_gitlink("abcd");
+            let mut index = std::fs::read(t.path().join(".git/index")).unwrap();
+            let at = index.windows(4).position(|w| w == b"abcd").unwrap();
+            index[at..at + 4].copy_from_slice(bad);
+            assert_eq!(parsed(&index), None, "{}", String::from_utf8_lossy(bad));
+        }
     }
 
     #[test]

@@ -262,8 +262,10 @@ pub fn git_layout(root: &Path) -> GitLayout {
                         layout.dirs.push(dotgit.clone());
                         layout.pins.push(dotgit);
                     }
-                    Ok(m) if m.is_file() => layout.pointers.push(dotgit),
-                    _ => {}
+                    // A file names the git directory; so does a symlink, which
+                    // git follows: both are checked around a run.
+                    Ok(_) => layout.pointers.push(dotgit),
+                    Err(_) => {}
                 }
             }
         }
@@ -323,7 +325,6 @@ pub struct ProtectedSnapshot {
     entries: Vec<(PathBuf, Option<(u64, u64)>)>,
     git_dirs: Vec<PathBuf>,
     pointers: Vec<(PathBuf, Option<(u64, u64)>)>,
-    index_unreadable: bool,
 }
 
 fn identity(p: &Path) -> Option<(u64, u64)> {
@@ -345,7 +346,6 @@ pub fn snapshot_protected(root: &Path) -> ProtectedSnapshot {
             .collect(),
         pointers: layout.pointers.into_iter().map(with_identity).collect(),
         git_dirs: layout.dirs,
-        index_unreadable: layout.index_unreadable,
     }
 }
 
@@ -452,9 +452,9 @@ pub fn enforce_protected(root: &Path, before: &ProtectedSnapshot) -> Result<Vec<
             move_aside(ptr, &p, "created or replaced the submodule pointer", &mut violations);
         }
     }
-    if after.index_unreadable && !before.index_unreadable {
+    if after.index_unreadable {
         violations.push(
-            "the run left a git index that tether-exec cannot read (a split index, or damage): the repositories it names were not checked".into(),
+            "the run left a git index that tether-exec cannot vouch for (a split index, offset tables, names git refuses, or damage): the repositories it names were not checked, and writable runs here are refused until it is rewritten (`git update-index --no-split-index`, or `rm .git/index && git reset`)".into(),
         );
     }
     Ok(violations)
