@@ -521,6 +521,29 @@ fn a_gitlinks_git_symlink_and_an_index_that_cannot_be_read_are_caught() {
     assert!(!exists(&w.ws.join("ran.txt")), "a writable run started");
     host_git(&w, &["update-index", "--no-split-index"]);
     assert!(w.run("touch ran.txt").status.success());
+    // A gitlink behind a symlink that leads out of the workspace, to a host
+    // repository: git does not recurse there, and the check after the run
+    // must not move that repository's files either.
+    std::fs::create_dir_all(w.outside.join("proj/.git/hooks")).unwrap();
+    std::fs::write(w.outside.join("proj/.git/HEAD"), "ref: refs/heads/main\n").unwrap();
+    std::fs::write(w.outside.join("proj/.git/config"), "[core]\n").unwrap();
+    let o = w.run(&format!(
+        "ln -s {} vendor && git update-index --add --cacheinfo 160000,{SOME_COMMIT},vendor/proj && echo LINKED",
+        w.outside.display()
+    ));
+    assert!(stdout(&o).contains("LINKED"), "{}", text(&o));
+    assert_eq!(
+        std::fs::read_to_string(w.outside.join("proj/.git/config")).unwrap(),
+        "[core]\n",
+        "{}",
+        text(&o)
+    );
+    assert!(
+        names_containing(&w.outside.join("proj/.git"), "quarantine").is_empty(),
+        "{}",
+        text(&o)
+    );
+    assert!(w.run("true").status.success(), "the next run still starts");
     // Control: without the sandbox the link stays.
     std::fs::create_dir_all(w.ws.join("evil2")).unwrap();
     let c = w.control("ln -s ../payload/.git evil2/.git");

@@ -256,6 +256,16 @@ pub fn git_layout(root: &Path) -> GitLayout {
     match gitindex::gitlinks(&root.join(&git)) {
         Some(links) => {
             for l in links {
+                // Like git, never through a symlink on the way (git does not
+                // recurse into a gitlink behind one either).
+                let mut prefix = PathBuf::new();
+                let real_dirs = l.components().all(|c| {
+                    prefix.push(c);
+                    std::fs::symlink_metadata(root.join(&prefix)).is_ok_and(|m| m.is_dir())
+                });
+                if !real_dirs {
+                    continue;
+                }
                 let dotgit = l.join(".git");
                 match std::fs::symlink_metadata(root.join(&dotgit)) {
                     Ok(m) if m.is_dir() => {
@@ -378,20 +388,18 @@ pub fn enforce_protected(root: &Path, before: &ProtectedSnapshot) -> Result<Vec<
         }
     }
     let shown = |p: &Path| p.strip_prefix(root).unwrap_or(p).display().to_string();
-    // Moves `p` aside, never through a symlink that leads out of the
-    // workspace (the run may have planted one to make us rename a file of
-    // the host's); every failure is reported and the others still go on.
+    // Moves `rel` aside within its own directory, which is resolved without
+    // ever leaving the workspace (the run may have planted a symlink to make
+    // us rename a file of the host's, and another sandbox may still be
+    // running here): every failure is reported and the others still go on.
     let move_aside = |rel: &Path, p: &Path, what: &str, violations: &mut Vec<String>| {
-        if !stays_inside(root, p) {
-            violations.push(format!(
+        let q = quarantine_name(p);
+        match rename_beneath(root, rel, q.file_name().unwrap_or_default()) {
+            Ok(()) => violations.push(format!("{what} `{}`; moved aside to `{}`", rel.display(), shown(&q))),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EXDEV | libc::ELOOP)) => violations.push(format!(
                 "{what} `{}`, reached through a symlink that leads out of the workspace; left where it is",
                 rel.display()
-            ));
-            return;
-        }
-        let q = quarantine_name(p);
-        match std::fs::rename(p, &q) {
-            Ok(()) => violations.push(format!("{what} `{}`; moved aside to `{}`", rel.display(), shown(&q))),
+            )),
             Err(e) => violations.push(format!(
                 "{what} `{}`, and it could not be moved aside: {e}",
                 rel.display()
@@ -460,12 +468,57 @@ pub fn enforce_protected(root: &Path, before: &ProtectedSnapshot) -> Result<Vec<
     Ok(violations)
 }
 
-/// Whether `p`'s parent, with every symlink resolved, is inside `root`.
-fn stays_inside(root: &Path, p: &Path) -> bool {
-    match (std::fs::canonicalize(root), p.parent().map(std::fs::canonicalize)) {
-        (Ok(r), Some(Ok(parent))) => parent.starts_with(r),
-        _ => false,
+/// Renames `root/rel` to `new_name` in the same directory. The directory is
+/// opened with `openat2(RESOLVE_BENEATH)`: symlinks on the way are followed
+/// only while they stay inside `root` (EXDEV otherwise), and the rename then
+/// happens relative to that descriptor, so nothing swapped on the path
+/// meanwhile can redirect it.
+fn rename_beneath(root: &Path, rel: &Path, new_name: &std::ffi::OsStr) -> std::io::Result<()> {
+    use std::ffi::CString;
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let invalid = || std::io::Error::from_raw_os_error(libc::EINVAL);
+    let name = rel.file_name().ok_or_else(invalid)?;
+    let parent = rel
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let c = |p: &std::ffi::OsStr| CString::new(p.as_bytes()).map_err(|_| invalid());
+    let root_dir = std::fs::File::open(root)?;
+    /// The kernel's `struct open_how` (libc's is non-exhaustive).
+    #[repr(C)]
+    struct OpenHow {
+        flags: u64,
+        mode: u64,
+        resolve: u64,
     }
+    let how = OpenHow {
+        flags: (libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) as u64,
+        mode: 0,
+        resolve: libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS,
+    };
+    let parent_c = c(parent.as_os_str())?;
+    // SAFETY: openat2 with a directory fd we own, a NUL-terminated path and
+    // an open_how of the size passed.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            root_dir.as_raw_fd(),
+            parent_c.as_ptr(),
+            &how as *const OpenHow,
+            std::mem::size_of::<OpenHow>(),
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this descriptor to us.
+    let dir = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    let (from, to) = (c(name)?, c(new_name)?);
+    // SAFETY: renameat within one directory fd we own, with NUL-terminated names.
+    if unsafe { libc::renameat(dir.as_raw_fd(), from.as_ptr(), dir.as_raw_fd(), to.as_ptr()) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 pub mod gitindex;
 pub mod overlay;
