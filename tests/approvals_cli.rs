@@ -253,28 +253,23 @@ fn receipts_carry_the_pending_id_and_the_isolation() {
     let w = World::new();
     let p = w.policy(POLICY);
     let r = w.outside.join("r.json");
-    let o = w.tx(&[
-        "run",
-        "--policy",
-        p.to_str().unwrap(),
-        "--receipt",
-        r.to_str().unwrap(),
-        "-c",
-        "rm x",
-    ]);
+    let run = |script: &str| {
+        w.tx(&[
+            "run",
+            "--policy",
+            p.to_str().unwrap(),
+            "--receipt",
+            r.to_str().unwrap(),
+            "-c",
+            script,
+        ])
+    };
+    let o = run("rm x");
     assert_eq!(o.status.code(), Some(75));
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&r).unwrap()).unwrap();
     assert!(v["pending_id"].as_str().unwrap().starts_with("apr_"));
     assert_eq!(v["decision"], "ask");
-    let o = w.tx(&[
-        "run",
-        "--policy",
-        p.to_str().unwrap(),
-        "--receipt",
-        r.to_str().unwrap(),
-        "-c",
-        "ls",
-    ]);
+    let o = run("ls");
     assert!(o.status.success());
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&r).unwrap()).unwrap();
     assert_eq!(v["v"], 1);

@@ -192,18 +192,15 @@ fn a_commit_killed_after_its_journal_is_finished_by_the_next_start() {
 #[test]
 fn a_run_killed_before_its_commit_lands_nothing() {
     let w = world();
-    let mut child = Command::new(bin())
-        .arg("--state-dir")
-        .arg(&w.state)
-        .args([
+    let policy = w.policy(MD);
+    let mut child = w
+        .command(&[
             "run",
             "--policy",
-            w.policy(MD).to_str().unwrap(),
+            policy.to_str().unwrap(),
             "-c",
             "printf x > docs/q.md; sleep 30",
         ])
-        .current_dir(&w.ws)
-        .stdin(Stdio::null())
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(700));
@@ -218,18 +215,15 @@ fn a_run_killed_before_its_commit_lands_nothing() {
 #[test]
 fn the_humans_concurrent_change_wins() {
     let w = world();
-    let child = Command::new(bin())
-        .arg("--state-dir")
-        .arg(&w.state)
-        .args([
+    let policy = w.policy(MD);
+    let child = w
+        .command(&[
             "run",
             "--policy",
-            w.policy(MD).to_str().unwrap(),
+            policy.to_str().unwrap(),
             "-c",
             "sleep 1; printf agent > docs/a.md; printf b > docs/b.md",
         ])
-        .current_dir(&w.ws)
-        .stdin(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();

@@ -9,25 +9,25 @@ use globset::{Glob, GlobBuilder, GlobSet, GlobSetBuilder};
 
 /// Paths inside the workspace that are protected whatever the globs say.
 /// `.env*` is handled in code because templates (`.env.example`) are exempt.
-/// Git's control files (see `workspace::GIT_CONTROL`) of the repository and of
-/// its submodules' git directories, and `.git` itself when it is a file.
-pub const PROTECTED_GLOBS: &[&str] = &[
-    ".git",
-    ".git/config",
-    ".git/config.worktree",
-    ".git/commondir",
-    ".git/hooks",
-    ".git/hooks/**",
-    ".git/modules/**/config",
-    ".git/modules/**/config.worktree",
-    ".git/modules/**/commondir",
-    ".git/modules/**/hooks",
-    ".git/modules/**/hooks/**",
-    ".git/worktrees/*/config.worktree",
-    ".git/worktrees/*/commondir",
-    ".tether",
-    ".tether/**",
-];
+/// What, inside a git directory, makes git run code or take its settings from
+/// elsewhere: its config (`core.fsmonitor`, `core.hooksPath`, aliases...),
+/// per-worktree config, hooks, and `commondir` (which points the repository's
+/// config and hooks at another directory).
+pub const GIT_CONTROL: [&str; 4] = ["config", "config.worktree", "hooks", "commondir"];
+
+/// Paths inside the workspace that are protected whatever the globs say: the
+/// [`GIT_CONTROL`] entries of `.git`, of its submodules' git directories and
+/// of linked worktrees', `.git` itself when it is a file, and `.tether`.
+pub fn builtin_protected_globs() -> Vec<String> {
+    let mut out = vec![".git".to_string(), ".tether".into(), ".tether/**".into()];
+    for dir in [".git", ".git/modules/**", ".git/worktrees/*"] {
+        for c in GIT_CONTROL {
+            out.push(format!("{dir}/{c}"));
+        }
+        out.push(format!("{dir}/hooks/**"));
+    }
+    out
+}
 
 /// Suffixes that make a `.env*` file a committed template, not a secret.
 const ENV_TEMPLATE_SUFFIXES: &[&str] = &[".example", ".sample", ".template", ".dist"];

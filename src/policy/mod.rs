@@ -19,7 +19,7 @@ mod doc;
 mod glob;
 
 pub use doc::{is_dangerous_env, landlock_max_known_abi as doc_max_abi, Format, PolicyDoc};
-pub use glob::{is_env_secret, is_secret_name, PathGlobs, PROTECTED_GLOBS};
+pub use glob::{builtin_protected_globs, is_env_secret, is_secret_name, PathGlobs, GIT_CONTROL};
 
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -357,7 +357,7 @@ impl Policy {
 
     /// Protected globs: the built-in ones plus every layer's own (union).
     pub fn protected_globs(&self) -> Vec<String> {
-        let mut all: Vec<String> = PROTECTED_GLOBS.iter().map(|s| s.to_string()).collect();
+        let mut all = builtin_protected_globs();
         for layer in &self.layers {
             all.extend(layer.protected.iter().cloned());
         }

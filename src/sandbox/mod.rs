@@ -220,7 +220,7 @@ fn tool_root(dir: &Path, home: Option<&Path>) -> PathBuf {
 
 /// Existing protected paths of the workspace, protected by a mount: `.tether`
 /// (hidden), and read-only the control files of every git directory (config,
-/// hooks, `commondir`: see `workspace::GIT_CONTROL`) and a `.git` that is a
+/// hooks, `commondir`: see `policy::GIT_CONTROL`) and a `.git` that is a
 /// file (a worktree's or submodule's pointer to its git directory). `.env*`
 /// files are found by the secret scan; policy files are listed by the policy.
 fn protected_present(workspace: &Path, git: &crate::workspace::GitLayout) -> Vec<(PathBuf, bool)> {

@@ -185,11 +185,7 @@ mod tests {
     }
 }
 
-/// What, inside a git directory, makes git run code or take its settings from
-/// elsewhere: its config (`core.fsmonitor`, `core.hooksPath`, aliases...),
-/// per-worktree config, hooks, and `commondir` (which points the repository's
-/// config and hooks at another directory).
-pub const GIT_CONTROL: [&str; 4] = ["config", "config.worktree", "hooks", "commondir"];
+pub use crate::policy::GIT_CONTROL;
 
 /// How deep and how many directories the search for submodules' git
 /// directories under `.git/modules` goes (names may hold `/`, and submodules nest).

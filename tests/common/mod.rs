@@ -90,17 +90,23 @@ impl World {
             .expect("run tether-exec")
     }
 
-    /// `tether-exec run -c script` in the workspace, not started yet (to
-    /// watch it from the host while it runs); output discarded.
-    pub fn run_command(&self, script: &str) -> Command {
+    /// `tether-exec ARGS` with this world's state directory, in the
+    /// workspace, stdin closed: not started yet (to watch it from the host
+    /// while it runs).
+    pub fn command(&self, args: &[&str]) -> Command {
         let mut c = Command::new(bin());
         c.arg("--state-dir")
             .arg(&self.state)
-            .args(["run", "-c", script])
+            .args(args)
             .current_dir(&self.ws)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
+            .stdin(Stdio::null());
+        c
+    }
+
+    /// `tether-exec run -c script`, not started yet; output discarded.
+    pub fn run_command(&self, script: &str) -> Command {
+        let mut c = self.command(&["run", "-c", script]);
+        c.stdout(Stdio::null()).stderr(Stdio::null());
         c
     }
 
