@@ -27,13 +27,7 @@ fn hold(w: &World, policy: &Path, script: &str) -> String {
         err.starts_with("[APPROVAL REQUIRED] Session `ses_test` wants to run:"),
         "{err}"
     );
-    err.split("tether-exec approve ")
-        .nth(1)
-        .unwrap()
-        .split('`')
-        .next()
-        .unwrap()
-        .to_string()
+    held_id(&err)
 }
 
 #[test]
@@ -96,15 +90,7 @@ fn held_stdin_is_what_runs() {
     use std::io::Write;
     c.stdin.take().unwrap().write_all(b"held input").unwrap();
     let o = c.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&o.stderr).into_owned();
-    let id = err
-        .split("tether-exec approve ")
-        .nth(1)
-        .unwrap()
-        .split('`')
-        .next()
-        .unwrap()
-        .to_string();
+    let id = held_id(&String::from_utf8_lossy(&o.stderr));
     assert!(w.tx(&["approve", &id]).status.success());
     let o = w.tx(&["resume", &id]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));

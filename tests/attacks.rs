@@ -417,9 +417,7 @@ fn the_check_after_the_run_never_moves_files_outside_the_workspace() {
     assert_eq!(o.status.code(), Some(77), "{}", text(&o));
     // Control: a plain rename through such a link (what the check did
     // before) does move the host's file.
-    let c = w.control(&format!(
-        "{script}; mv .git/config .git/config.moved"
-    ));
+    let c = w.control(&format!("{script}; mv .git/config .git/config.moved"));
     assert!(exists(&w.outside.join("victim/config.moved")), "control: {}", text(&c));
 }
 

@@ -15,15 +15,7 @@ fn hold(w: &World, policy: &str) -> (String, Output) {
     let p = w.policy(policy);
     let o = w.tx(&["run", "--policy", p.to_str().unwrap(), "-c", SCRIPT]);
     assert_eq!(o.status.code(), Some(75), "{}", text(&o));
-    let err = String::from_utf8_lossy(&o.stderr).into_owned();
-    let id = err
-        .split("tether-exec approve ")
-        .nth(1)
-        .unwrap()
-        .split('`')
-        .next()
-        .unwrap()
-        .to_string();
+    let id = held_id(&String::from_utf8_lossy(&o.stderr));
     (id, o)
 }
 

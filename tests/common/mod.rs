@@ -172,3 +172,13 @@ pub fn names_containing(dir: &Path, needle: &str) -> Vec<String> {
         .filter(|n| n.contains(needle))
         .collect()
 }
+
+/// The action id in a `[APPROVAL REQUIRED]` message (`tether-exec approve ID`).
+pub fn held_id(stderr: &str) -> String {
+    stderr
+        .split("tether-exec approve ")
+        .nth(1)
+        .and_then(|rest| rest.split('`').next())
+        .unwrap_or_else(|| panic!("no action id in: {stderr}"))
+        .to_string()
+}
