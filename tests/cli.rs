@@ -76,3 +76,55 @@ fn every_subcommand_has_help_with_an_example() {
         assert!(out.contains("Example"), "{sub:?} --help has no example:\n{out}");
     }
 }
+
+/// Run by root for a workspace someone else owns (a root container with the
+/// person's checkout mounted in), the sandbox acts as that owner: what it
+/// makes is theirs, in bind and in overlay mode, and a root-owned file in the
+/// workspace stays out of its reach. As any other user there is no such case.
+#[test]
+fn root_runs_a_workspace_it_does_not_own_as_its_owner() {
+    if !is_root() {
+        eprintln!("not root: a workspace owned by someone else is not writable to begin with");
+        return;
+    }
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let w = World::new();
+    // The owner must be able to reach its workspace, as on any real host.
+    std::fs::set_permissions(w.root.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    // root's state directory is not: the overlay's capture lives there.
+    std::fs::set_permissions(&w.state, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let nobody = 65534;
+    w.write("sub/kept.txt", "kept\n");
+    let root_file = w.write("root-owned.txt", "root's\n");
+    for p in [w.ws.clone(), w.ws.join("sub"), w.ws.join("sub/kept.txt")] {
+        std::os::unix::fs::chown(&p, Some(nobody), Some(nobody)).unwrap();
+    }
+    let o = w
+        .run("id -u; echo made > made.txt; mkdir -p d/e; echo x >> sub/kept.txt; echo evil > root-owned.txt; echo end");
+    assert!(stdout(&o).starts_with("65534\n"), "{}", text(&o));
+    assert!(stdout(&o).contains("end"), "{}", text(&o));
+    for rel in ["made.txt", "d", "d/e"] {
+        let m = std::fs::metadata(w.ws.join(rel)).unwrap();
+        assert_eq!((m.uid(), m.gid()), (nobody, nobody), "{rel}\n{}", text(&o));
+    }
+    assert_eq!(std::fs::read_to_string(w.ws.join("sub/kept.txt")).unwrap(), "kept\nx\n");
+    assert_eq!(std::fs::read_to_string(&root_file).unwrap(), "root's\n", "{}", text(&o));
+    // Control: root itself, outside the sandbox, could write that file.
+    let c = w.control("echo evil > root-owned.txt");
+    assert!(c.status.success());
+    assert_eq!(std::fs::read_to_string(&root_file).unwrap(), "evil\n");
+
+    // The overlay lands as the owner too: files, new directories, and a
+    // directory renamed (a copy under overlayfs).
+    let p = w.policy("profile = \"workspace-write\"\noverlay = true\n");
+    let o = w.run_with(
+        &["--policy", p.to_str().unwrap()],
+        "echo o > o.txt; mkdir -p od/x; echo y > od/x/f; mv sub sub2; echo end",
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    for rel in ["o.txt", "od", "od/x", "od/x/f", "sub2", "sub2/kept.txt"] {
+        let m = std::fs::symlink_metadata(w.ws.join(rel)).unwrap();
+        assert_eq!((m.uid(), m.gid()), (nobody, nobody), "{rel}\n{}", text(&o));
+    }
+    assert!(!exists(&w.ws.join("sub")));
+}

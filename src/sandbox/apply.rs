@@ -660,6 +660,25 @@ fn errno() -> std::io::Error {
     std::io::Error::last_os_error()
 }
 
+/// Set real, effective and saved gid, then uid, to the sandbox's inner ids.
+/// Raw system calls: init is a `clone3` copy with one thread, and glibc's
+/// wrappers would try to signal the launcher's other threads.
+fn become_inner_ids(plan: &Plan) -> std::io::Result<()> {
+    let (g, u) = (plan.inner_gid as libc::c_long, plan.inner_uid as libc::c_long);
+    // SAFETY: setresgid/setresuid take integer ids only; they change this
+    // process's credentials and nothing in its memory.
+    let rc = unsafe { libc::syscall(libc::SYS_setresgid, g, g, g) };
+    if rc != 0 {
+        return Err(errno());
+    }
+    // SAFETY: as above.
+    let rc = unsafe { libc::syscall(libc::SYS_setresuid, u, u, u) };
+    if rc != 0 {
+        return Err(errno());
+    }
+    Ok(())
+}
+
 /// pid 1 of the sandbox. Never returns.
 /// The command's standard streams when they are not simply inherited.
 struct ChildIo {
@@ -691,6 +710,27 @@ fn init(
         // SAFETY: exiting the copied process without destructors.
         unsafe { libc::_exit(125) };
     }
+    // Become the sandbox's user before making anything. Run by root for a
+    // workspace owned by someone else, init still holds host uid 0, which
+    // the namespace does not map: the kernel refuses to create files for an
+    // unmapped owner (EOVERFLOW), so not one mount point could be made.
+    // Otherwise init is the inner uid already and this changes nothing.
+    // Capabilities in the namespace stay: the old ids were not its root.
+    // The overlay's directories are opened first, with the launcher's
+    // rights: the capture lives in the state directory, which only the
+    // launcher may traverse (see `OverlayDirs`).
+    let overlay_dirs = match OverlayDirs::open(plan) {
+        Ok(d) => d,
+        Err((step, e)) => fail(&err, &step, e, 125),
+    };
+    if let Err(e) = become_inner_ids(plan) {
+        fail(&err, "switch to the sandbox's uid and gid", e, 125);
+    }
+    // A change of ids makes a process undumpable, and the helper's network
+    // namespace can then not be joined through its pidfd. Nothing but the
+    // sandbox's own user (who owns it already) gains access by this.
+    // SAFETY: prctl with integer arguments only.
+    unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 1 as libc::c_ulong) };
     // The two slowest steps of the kernel's are left to a helper: making the
     // network namespace, and detaching the host's root (see `Helper`). First
     // to the host's root, so that pivot_root moves the helper's working
@@ -700,9 +740,11 @@ fn init(
         fail(&err, "chdir /", e, 125);
     }
     let mut helper = Helper::start(&err, !plan.host_network);
-    if let Err((step, e)) = build_filesystem(plan) {
+    if let Err((step, e)) = build_filesystem(plan, &overlay_dirs) {
         fail(&err, &step, e, 125);
     }
+    // The command is forked later, from here: it must not inherit these.
+    drop(overlay_dirs);
     helper.detach_old_root(&err);
     if !plan.host_network {
         helper.join_netns(&err);
@@ -1093,14 +1135,45 @@ fn old(p: &Path) -> PathBuf {
     Path::new(OLD).join(p.strip_prefix("/").unwrap_or(p))
 }
 
-type StepResult = Result<(), (String, std::io::Error)>;
+type StepResult<T = ()> = Result<T, (String, std::io::Error)>;
 
 fn step<T>(name: impl Into<String>, r: std::io::Result<T>) -> Result<T, (String, std::io::Error)> {
     r.map_err(|e| (name.into(), e))
 }
 
 /// tmpfs root, pivot, then every mount of the plan, then drop the old root.
-fn build_filesystem(plan: &Plan) -> StepResult {
+/// The directories of each overlay mount (lower, upper, work), opened as
+/// `O_PATH` descriptors by init before it becomes the sandbox's user, in plan
+/// order. The mount names them as `/proc/self/fd/N`, a link the kernel follows
+/// to the directory itself without searching the path to it again: as root,
+/// for a workspace owned by someone else, the capture sits in root's state
+/// directory, which that owner (now init's user) cannot traverse.
+struct OverlayDirs(Vec<[OwnedFd; 3]>);
+
+impl OverlayDirs {
+    fn open(plan: &Plan) -> StepResult<OverlayDirs> {
+        let open = |p: &Path| -> StepResult<OwnedFd> {
+            let c = path_c(p);
+            // SAFETY: open with a NUL-terminated path; the descriptor returned
+            // is owned by the OwnedFd below and by nothing else.
+            let fd = unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) };
+            if fd < 0 {
+                return Err((format!("open {} for the overlay", p.display()), errno()));
+            }
+            // SAFETY: `fd` is a fresh descriptor nobody else owns.
+            Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+        };
+        let mut dirs = Vec::new();
+        for m in &plan.mounts {
+            if let Mount::Overlay { dst, upper, work } = m {
+                dirs.push([open(dst)?, open(upper)?, open(work)?]);
+            }
+        }
+        Ok(OverlayDirs(dirs))
+    }
+}
+
+fn build_filesystem(plan: &Plan, overlay_dirs: &OverlayDirs) -> StepResult {
     let base = Path::new("/tmp");
     step(
         "make the host's mounts private",
@@ -1121,8 +1194,9 @@ fn build_filesystem(plan: &Plan) -> StepResult {
         std::fs::set_permissions("/.mask", std::os::unix::fs::PermissionsExt::from_mode(0o000)),
     )?;
 
+    let mut overlays = overlay_dirs.0.iter();
     for m in &plan.mounts {
-        apply_mount(m)?;
+        apply_mount(m, &mut overlays)?;
     }
     Ok(())
 }
@@ -1158,7 +1232,7 @@ fn finish_filesystem(plan: &Plan, helper: &Helper, err: &OwnedFd) -> StepResult 
     Ok(())
 }
 
-fn apply_mount(m: &Mount) -> StepResult {
+fn apply_mount<'a>(m: &Mount, overlays: &mut impl Iterator<Item = &'a [OwnedFd; 3]>) -> StepResult {
     match m {
         Mount::Tmpfs { dst, mode, size_mb } => {
             let name = format!("tmpfs {}", dst.display());
@@ -1222,13 +1296,22 @@ fn apply_mount(m: &Mount) -> StepResult {
             format!("hide {}", dst.display()),
             mount_tmpfs(dst, libc::MS_RDONLY, "mode=0,size=4k"),
         ),
-        Mount::Overlay { dst, upper, work } => {
+        Mount::Overlay { dst, .. } => {
             let name = format!("overlay workspace {}", dst.display());
+            let Some([lower, upper, work]) = overlays.next() else {
+                return Err((name, std::io::Error::other("its directories were not opened")));
+            };
+            // The host's procfs, still there under the old root.
+            let fd = |f: &OwnedFd| {
+                old(Path::new(&format!("/proc/self/fd/{}", f.as_raw_fd())))
+                    .display()
+                    .to_string()
+            };
             let options = format!(
                 "lowerdir={},upperdir={},workdir={},userxattr",
-                old(dst).display(),
-                old(upper).display(),
-                old(work).display()
+                fd(lower),
+                fd(upper),
+                fd(work)
             );
             step(&name, make_mountpoint(dst, false))?;
             step(

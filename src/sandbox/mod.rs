@@ -85,7 +85,14 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>) -> Hos
             }
         }
     }
-    let extra_tool_dirs = without_nested(extra_tool_dirs);
+    // As root, the sandbox acts as the workspace's owner (see `plan`): a tool
+    // directory that owner cannot reach on the host (under root's 0700 home,
+    // say) is neither shown to it nor reachable by init, which sets the
+    // sandbox up as that owner.
+    let as_owner = uid == 0 && owner.0 != 0;
+    let reachable = |p: &Path| !as_owner || reachable_by(p, owner.0, owner.1);
+    let mut extra_tool_dirs = without_nested(extra_tool_dirs);
+    extra_tool_dirs.retain(|d| reachable(d));
     let mut venv_prefixes = Vec::new();
     for name in [".venv", "venv"] {
         if let Ok(cfg) = std::fs::read_to_string(workspace.join(name).join("pyvenv.cfg")) {
@@ -102,7 +109,7 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>) -> Hos
                         home
                     };
                     if let Ok(real) = std::fs::canonicalize(&prefix) {
-                        if !system(&real) {
+                        if !system(&real) && reachable(&real) {
                             venv_prefixes.push(real);
                         }
                     }
@@ -185,6 +192,27 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>) -> Hos
             .into_iter()
             .collect(),
     }
+}
+
+/// Whether `uid`/`gid` (no supplementary groups: the sandbox has none) can
+/// search every directory from `/` down to `path` and read `path` itself.
+fn reachable_by(path: &Path, uid: u32, gid: u32) -> bool {
+    let allows = |m: &std::fs::Metadata, bits: u32| {
+        let mode = m.mode();
+        if m.uid() == uid {
+            mode & (bits << 6) == bits << 6
+        } else if m.gid() == gid {
+            mode & (bits << 3) == bits << 3
+        } else {
+            mode & bits == bits
+        }
+    };
+    let mut ancestors: Vec<&Path> = path.ancestors().collect();
+    ancestors.reverse();
+    ancestors.iter().enumerate().all(|(i, a)| {
+        let bits = if i + 1 == ancestors.len() { 0o5 } else { 0o1 };
+        std::fs::metadata(a).is_ok_and(|m| allows(&m, bits))
+    })
 }
 
 /// Directories not inside another one of the list: a bind of the outer one

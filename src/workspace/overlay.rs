@@ -178,8 +178,18 @@ impl Capture {
         let name = format!("{}-{nanos}", std::process::id());
         let (root, beside) = capture_root(state, workspace);
         let dir = root.join(&name);
+        // Run by root for a workspace someone else owns, the sandbox acts as
+        // that owner, and overlayfs writes both directories with the
+        // mounter's rights: they must be the owner's.
+        let owner = std::fs::metadata(workspace)
+            .ok()
+            .map(|m| (m.uid(), m.gid()))
+            .filter(|&(u, _)| nix::unistd::geteuid().is_root() && u != 0);
         for d in [dir.join("upper"), dir.join("work")] {
             std::fs::create_dir_all(&d).map_err(|e| err(&d, e))?;
+            if let Some((u, g)) = owner {
+                std::os::unix::fs::chown(&d, Some(u), Some(g)).map_err(|e| err(&d, e))?;
+            }
         }
         let lock_path = dir.join(LOCK);
         let file = std::fs::File::create(&lock_path).map_err(|e| err(&lock_path, e))?;
@@ -656,6 +666,10 @@ fn apply(dir: &Path, j: &Journal) -> Result<(), WorkspaceError> {
                 if std::fs::symlink_metadata(&p).is_err() {
                     std::fs::create_dir(&p).map_err(|e| err(&p, e))?;
                     std::fs::set_permissions(&p, std::fs::Permissions::from_mode(*mode)).map_err(|e| err(&p, e))?;
+                    let made = std::fs::symlink_metadata(upper.join(std::ffi::OsStr::from_bytes(r)));
+                    if let Ok(m) = made {
+                        same_owner(&p, &m)?;
+                    }
                 }
             }
             Op::Move(r) => {
@@ -683,6 +697,7 @@ fn copy_then_remove(from: &Path, to: &Path) -> Result<(), WorkspaceError> {
         let target = std::fs::read_link(from).map_err(|e| err(from, e))?;
         let _ = std::fs::remove_file(to);
         std::os::unix::fs::symlink(&target, to).map_err(|e| err(to, e))?;
+        same_owner(to, &m)?;
     } else {
         let tmp = to.with_file_name(OsString::from_vec(
             [
@@ -692,9 +707,19 @@ fn copy_then_remove(from: &Path, to: &Path) -> Result<(), WorkspaceError> {
             .concat(),
         ));
         std::fs::copy(from, &tmp).map_err(|e| err(&tmp, e))?;
+        same_owner(&tmp, &m)?;
         std::fs::rename(&tmp, to).map_err(|e| err(to, e))?;
     }
     std::fs::remove_file(from).map_err(|e| err(from, e))
+}
+
+/// Run by root, give what the launcher made on landing the owner of what the
+/// sandbox made (the workspace's owner, see `plan`), not root.
+fn same_owner(p: &Path, made: &std::fs::Metadata) -> Result<(), WorkspaceError> {
+    if !nix::unistd::geteuid().is_root() || made.uid() == 0 {
+        return Ok(());
+    }
+    std::os::unix::fs::lchown(p, Some(made.uid()), Some(made.gid())).map_err(|e| err(p, e))
 }
 
 fn cleanup(dir: &Path, ws: &Path) {
