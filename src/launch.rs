@@ -274,18 +274,9 @@ pub fn run(req: &Request, stdin_is_tty: bool) -> Finished {
         }
         Verdict::Allow => {
             let recovered = recover(&req.state_dir);
-            let capture = match needs_overlay(&policy)
-                .then(|| Capture::create(&req.state_dir, &req.workspace))
-                .transpose()
-            {
+            let capture = match capture_for(&policy, &req.state_dir, &req.workspace) {
                 Ok(c) => c,
-                Err(e) => {
-                    return not_started(
-                        receipt,
-                        format!("tether-exec: cannot prepare the overlay workspace: {e}"),
-                        on_record,
-                    )
-                }
+                Err(e) => return not_started(receipt, e, on_record),
             };
             let plan = match plan_for(
                 &policy,
@@ -349,7 +340,17 @@ fn plan_for(
     capture: Option<&Capture>,
 ) -> Result<plan::Plan, String> {
     let mut facts = sandbox::host_facts(policy, ws, crate::state::account_home().as_deref());
-    facts.overlay = capture.map(|c| (c.upper(), c.work()));
+    match capture {
+        Some(c) if c.subtrees.is_empty() => facts.overlay = Some((c.upper(), c.work())),
+        Some(c) => {
+            facts.git_overlays = c
+                .subtrees
+                .iter()
+                .map(|t| (ws.join(&t.rel), t.upper.clone(), t.work.clone()))
+                .collect()
+        }
+        None => {}
+    }
     plan::build(policy, &facts, ws, cwd, argv, state).map_err(|e| format!("tether-exec: cannot plan the sandbox: {e}"))
 }
 
@@ -365,6 +366,33 @@ fn env_digest(policy: &Policy, ws: &Path, cwd: &Path) -> String {
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
     approval::sha256_hex(text.join("\0").as_bytes())
+}
+
+/// The capture a run writes into: the whole workspace when the policy needs
+/// the overlay; else, for a writable run, the workspace's git directories
+/// (see `plan`); none for a read-only run.
+fn capture_for(policy: &Policy, state: &Path, ws: &Path) -> Result<Option<Capture>, String> {
+    let failed =
+        |e: crate::workspace::WorkspaceError| format!("tether-exec: cannot prepare the overlay workspace: {e}");
+    if needs_overlay(policy) {
+        return Capture::create(state, ws).map(Some).map_err(failed);
+    }
+    if policy.profile() != Profile::WorkspaceWrite {
+        return Ok(None);
+    }
+    let trees = plan::writable_trees(policy).ok().flatten();
+    let dirs = crate::workspace::git_overlay_dirs(&crate::workspace::git_layout(ws), ws, trees.as_deref());
+    if dirs.is_empty() {
+        return Ok(None);
+    }
+    let mut capture = Capture::create(state, ws).map_err(failed)?;
+    for d in &dirs {
+        if let Err(e) = capture.add_subtree(d) {
+            capture.discard();
+            return Err(failed(e));
+        }
+    }
+    Ok(Some(capture))
 }
 
 /// Whether this policy needs the overlay workspace: it asks for it, or its
@@ -448,15 +476,6 @@ fn execute(
             return Finished::new(exit::INTERNAL, receipt, why);
         }
     };
-    // Protected paths that did not exist yet cannot be mounted read-only; a
-    // run that created one (or swapped `.git` by renaming it) does not keep it.
-    let mut violations = Vec::new();
-    if let Some(before) = &protected_before {
-        match crate::workspace::enforce_protected(&plan.workspace, before) {
-            Ok(v) => violations = v,
-            Err(e) => violations.push(format!("could not check protected paths: {e}")),
-        }
-    }
     // Generations only matter between a hold and its resume: count them once
     // anything has ever been held in this state directory.
     let held_before = state.join(approval::DB_FILE_NAME).exists();
@@ -519,9 +538,20 @@ fn execute(
     let mut code = code;
     if let Some(c) = capture {
         let drop = policy.on_violation() == crate::policy::OnViolation::Drop;
+        let git_only = !c.subtrees.is_empty();
         match c.finish(&policy.path_globs(), drop) {
             Ok(o) => {
+                let violated = !o.violations.is_empty();
                 code = record_outcome(o, &mut receipt, &mut stderr, code);
+                if git_only {
+                    // The rest of the workspace is bound, its changes are not
+                    // listed: neither are git's own. A control file made in a
+                    // git directory is refused as in bind mode, whatever landed.
+                    receipt.changes = None;
+                    if violated {
+                        code = exit::REFUSED;
+                    }
+                }
                 if !receipt.rolled_back.is_empty() {
                     rec.kind = EntryKind::Rollback;
                     rec.detail = Some(receipt.rolled_back.join("; "));
@@ -535,6 +565,16 @@ fn execute(
             }
         }
     }
+    // Protected paths that did not exist yet cannot be mounted read-only; a
+    // run that created one (or swapped `.git` by renaming it) does not keep it.
+    // After the capture landed: the index it lands may name new repositories.
+    let mut violations = Vec::new();
+    if let Some(before) = &protected_before {
+        match crate::workspace::enforce_protected(&plan.workspace, before) {
+            Ok(v) => violations = v,
+            Err(e) => violations.push(format!("could not check protected paths: {e}")),
+        }
+    }
     let code = if violations.is_empty() {
         code
     } else {
@@ -542,7 +582,7 @@ fn execute(
             "Sandbox violation: the run wrote protected paths: {}",
             violations.join("; ")
         ));
-        receipt.rolled_back = violations.clone();
+        receipt.rolled_back.extend(violations.iter().cloned());
         rec.detail = Some(format!("protected paths: {}", violations.join("; ")));
         exit::REFUSED
     };
@@ -841,19 +881,9 @@ pub fn resume(id: &str, state: &Path) -> Finished {
         }
     };
     let recovered = recover(state);
-    let capture = match needs_overlay(&policy)
-        .then(|| Capture::create(state, &ctx.workspace))
-        .transpose()
-    {
+    let capture = match capture_for(&policy, state, &ctx.workspace) {
         Ok(c) => c,
-        Err(e) => {
-            return refused(
-                &mut log,
-                receipt,
-                exit::INTERNAL,
-                format!("tether-exec: cannot prepare the overlay workspace: {e}"),
-            )
-        }
+        Err(e) => return refused(&mut log, receipt, exit::INTERNAL, e),
     };
     let plan = match plan_for(&policy, &ctx.workspace, &cwd, argv, state, capture.as_ref()) {
         Ok(p) => p,

@@ -1306,3 +1306,110 @@ fn a_read_only_path_holding_the_state_directory_does_not_show_it() {
     let c = Command::new("bash").arg("-c").arg(&script).output().unwrap();
     assert!(String::from_utf8_lossy(&c.stdout).contains("\"seq\""), "control");
 }
+
+/// Spawns `script` in the sandbox; once it has written `during.txt`, returns
+/// whichever of `paths` exist on the host while it still runs (it sleeps).
+fn present_during_run(w: &World, script: &str, paths: &[&str]) -> (Vec<String>, std::process::Output) {
+    let mut cmd = w.command(&["run", "-c", &format!("{script}; touch during.txt; sleep 1")]);
+    cmd.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let child = cmd.spawn().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !exists(&w.ws.join("during.txt")) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(exists(&w.ws.join("during.txt")), "the command did not get that far");
+    let seen = paths
+        .iter()
+        .filter(|p| std::fs::symlink_metadata(w.ws.join(p)).is_ok())
+        .map(|p| p.to_string())
+        .collect();
+    (seen, child.wait_with_output().unwrap())
+}
+
+#[test]
+fn git_control_files_that_do_not_exist_yet_never_appear_during_the_run() {
+    // `git status` on the host (an editor runs it every few seconds) obeys a
+    // `commondir` or a new submodule's config the moment it exists: moving
+    // them aside after the run is too late. Each git directory is an overlay
+    // of its own, so they never reach the host; checked during the run.
+    let w = World::new();
+    host_git(&w, &["init", "-q"]);
+    host_git(&w, &["init", "-q", "vendor/x"]);
+    host_git(
+        &w,
+        &[
+            "update-index",
+            "--add",
+            "--cacheinfo",
+            &format!("160000,{SOME_COMMIT},vendor/x"),
+        ],
+    );
+    // Through programs, not redirects (the gate refuses those first).
+    let script = "printf ../evil | tee .git/commondir; \
+                  mkdir -p .git/modules/new/hooks && printf x | tee .git/modules/new/HEAD && \
+                  printf '[core]\\n\\tfsmonitor = evil\\n' | tee .git/modules/new/config; \
+                  printf ../evil | tee vendor/x/.git/commondir; \
+                  printf evil | tee vendor/x/.git/config.worktree";
+    let planted = [
+        ".git/commondir",
+        ".git/modules/new/config",
+        "vendor/x/.git/commondir",
+        "vendor/x/.git/config.worktree",
+    ];
+    let (seen, o) = present_during_run(&w, script, &planted);
+    assert!(seen.is_empty(), "on the host during the run: {seen:?}\n{}", text(&o));
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    for p in planted {
+        assert!(!exists(&w.ws.join(p)), "{p} after the run: {}", text(&o));
+    }
+    assert!(text(&o).contains(".git/commondir"), "{}", text(&o));
+    // Control: without the sandbox every one of them is there at once.
+    std::fs::remove_file(w.ws.join("during.txt")).unwrap();
+    let c = w.control(script);
+    for p in planted {
+        assert!(exists(&w.ws.join(p)), "control: {p}: {}", text(&c));
+    }
+}
+
+#[test]
+fn git_works_through_its_overlay_and_what_it_did_lands() {
+    // Commits, branches, tags, their deletion and a repack go through the git
+    // directory's overlay and land on the host as one repository.
+    let w = World::new();
+    host_git(&w, &["init", "-q"]);
+    w.write("a.txt", "a\n");
+    host_git(&w, &["add", "a.txt"]);
+    host_git(
+        &w,
+        &["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one"],
+    );
+    host_git(&w, &["tag", "old"]);
+    let id = "-c user.name=t -c user.email=t@t";
+    let o = w.run(&format!(
+        "echo b > b.txt && git add b.txt && git {id} commit -qm two && git branch feature && \
+         git tag -d old >/dev/null && git tag new && git {id} gc -q && git log --format=%s | tr '\\n' ' '"
+    ));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(stdout(&o), "two one ", "{}", text(&o));
+    let host = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args(args)
+            .current_dir(&w.ws)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {}", text(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert_eq!(host(&["log", "--format=%s"]), "two\none\n");
+    assert_eq!(host(&["tag"]), "new\n");
+    assert!(host(&["branch"]).contains("feature"));
+    assert_eq!(host(&["status", "--porcelain"]), "");
+    host(&["fsck", "--strict"]);
+    assert!(
+        names_containing(&w.ws, "tether-exec").is_empty(),
+        "nothing of ours left behind"
+    );
+    let captures = std::fs::read_dir(w.state.join("overlays")).map_or(0, |d| d.count());
+    assert_eq!(captures, 0, "every capture was removed");
+}

@@ -173,6 +173,7 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>) -> Hos
         landlock_abi: apply::landlock_abi(),
         root_is_host_root: uid == 0 && root_maps_to_host_root(),
         overlay: None,
+        git_overlays: Vec::new(),
         writable_trees_present: plan::writable_trees(policy)
             .ok()
             .flatten()

@@ -151,6 +151,9 @@ pub struct HostFacts {
     pub root_is_host_root: bool,
     /// Capture directories (upper, work) prepared for an overlay workspace.
     pub overlay: Option<(PathBuf, PathBuf)>,
+    /// Git directories mounted as overlays of their own in a bind-mounted
+    /// workspace: (directory, upper, work). See [`Mount::Overlay`].
+    pub git_overlays: Vec<(PathBuf, PathBuf, PathBuf)>,
     /// Trees of `writable_trees` that exist as real directories (no symlink on
     /// the way: a symlinked tree must never become a write grant elsewhere).
     pub writable_trees_present: Vec<String>,
@@ -199,8 +202,6 @@ pub enum PlanError {
     SystemWorkspace(PathBuf),
     #[error("writable_globs entry `{0}` is not a directory glob (`DIR/**`): globs of other shapes need the overlay workspace, which this tether-exec does not have yet, and the kernel cannot enforce them otherwise; nothing ran. Use directory globs such as \"docs/**\"")]
     GlobNeedsOverlay(String),
-    #[error("the overlay workspace cannot use {0}: overlayfs options cannot carry `,`, `:` or `\\` in a path; use a workspace and state directory without them")]
-    OverlayPath(PathBuf),
     #[error("the git index of {0} cannot be read with confidence (a split index, offset tables, names git refuses, or damage), so the repositories it names, whose config git obeys, cannot be protected; a writable run is refused. Rewrite it: `git update-index --no-split-index` (or `rm .git/index && git reset`)")]
     GitIndexUnreadable(PathBuf),
 }
@@ -428,11 +429,6 @@ pub fn build(
     // may be bound read-write from the host on top of it.
     let whole = facts.overlay.is_some() || trees.as_ref().is_none_or(|t| t.iter().any(|t| t.is_empty()));
     if let (true, Some((upper, work))) = (writable, &facts.overlay) {
-        for p in [workspace, upper.as_path(), work.as_path()] {
-            if !crate::workspace::overlay::path_usable_for_overlay(p) {
-                return Err(PlanError::OverlayPath(p.to_path_buf()));
-            }
-        }
         mounts.push(Mount::Overlay {
             dst: workspace.to_path_buf(),
             upper: upper.clone(),
@@ -459,13 +455,31 @@ pub fn build(
             });
         }
     }
+    // In a bind-mounted workspace, each git directory is an overlay of its
+    // own: a control file git would obey that does not exist yet (`commondir`,
+    // a new submodule's `config`, `hooks` where there were none) would
+    // otherwise exist in the real repository while the run lasts, for any
+    // `git status` on the host (an editor runs it every few seconds) to obey.
+    // Captured, it is checked after the run and never lands.
+    if writable && facts.overlay.is_none() {
+        for (dst, upper, work) in &facts.git_overlays {
+            mounts.push(Mount::Overlay {
+                dst: dst.clone(),
+                upper: upper.clone(),
+                work: work.clone(),
+            });
+        }
+    }
     // Renaming `.git` away and making a new one would carry its read-only
     // hooks and config along and leave a writable `.git` in its place (caught
-    // after the run, but present during it): pinned, it cannot move. An
-    // overlay captures such a rename instead, and checks it before anything lands.
+    // after the run, but present during it): pinned, it cannot move (an
+    // overlay's mount point cannot either). An overlay of the whole workspace
+    // captures such a rename instead, and checks it before anything lands.
     if writable && facts.overlay.is_none() {
         for p in &facts.protected_parents {
-            mounts.push(Mount::Pin { dst: p.clone() });
+            if !facts.git_overlays.iter().any(|(d, _, _)| d == p) {
+                mounts.push(Mount::Pin { dst: p.clone() });
+            }
         }
     }
     for (p, is_dir) in &facts.protected_present {

@@ -307,6 +307,38 @@ pub fn git_layout(root: &Path) -> GitLayout {
     layout
 }
 
+/// At most this many git directories become overlays of their own; past it
+/// (a workspace of many nested repositories), the rest keep their pins and
+/// the check after the run.
+pub const MAX_GIT_OVERLAYS: usize = 16;
+
+/// The git directories to mount as overlays of their own in a writable,
+/// bind-mounted workspace: real directories (never through a symlink: what
+/// it points at is not the workspace's), outermost only (`.git/modules/x` is
+/// inside `.git`'s), and writable under `trees` (`None` or `""`: everywhere).
+pub fn git_overlay_dirs(layout: &GitLayout, root: &Path, trees: Option<&[String]>) -> Vec<PathBuf> {
+    let writable = |d: &Path| {
+        trees.is_none_or(|t| {
+            t.iter()
+                .any(|t| t.is_empty() || d.starts_with(Path::new(std::ffi::OsStr::new(t))))
+        })
+    };
+    let mut out: Vec<PathBuf> = Vec::new();
+    for d in &layout.dirs {
+        let real = {
+            let mut prefix = PathBuf::new();
+            d.components().all(|c| {
+                prefix.push(c);
+                std::fs::symlink_metadata(root.join(&prefix)).is_ok_and(|m| m.is_dir())
+            })
+        };
+        if real && writable(d) && !out.iter().any(|o| d.starts_with(o)) && out.len() < MAX_GIT_OVERLAYS {
+            out.push(d.clone());
+        }
+    }
+    out
+}
+
 /// Protected paths whose identity is checked around a run (relative to the
 /// workspace): `.git`, `.tether`, and the [`GIT_CONTROL`] entries of every git
 /// directory. Existing ones are also read-only inside the sandbox; these

@@ -43,6 +43,21 @@ pub struct Capture {
     /// Held for the launcher's lifetime so recovery never touches a live capture.
     _lock: nix::fcntl::Flock<std::fs::File>,
     started: SystemTime,
+    /// Empty: the overlay covers the whole workspace. Otherwise only these
+    /// directories are overlays (git directories in a bind-mounted
+    /// workspace), each captured at its own path under `upper`.
+    pub subtrees: Vec<Subtree>,
+}
+
+/// One directory of the workspace mounted as an overlay of its own.
+#[derive(Debug, Clone)]
+pub struct Subtree {
+    /// Relative to the workspace.
+    pub rel: PathBuf,
+    /// `upper/<rel>`.
+    pub upper: PathBuf,
+    /// Its own scratch directory (`work/<n>`): overlayfs needs one per mount.
+    pub work: PathBuf,
 }
 
 /// One operation of a commit, relative to the workspace. Paths are bytes, so
@@ -161,14 +176,6 @@ fn maker_alive(name: &std::ffi::OsStr) -> bool {
     pid.is_some_and(|p| p != std::process::id() && Path::new(&format!("/proc/{p}")).exists())
 }
 
-/// Overlay option values cannot carry `,` `:` or `\` unescaped; such paths are refused.
-pub fn path_usable_for_overlay(p: &Path) -> bool {
-    !p.as_os_str()
-        .as_bytes()
-        .iter()
-        .any(|b| matches!(b, b',' | b':' | b'\\'))
-}
-
 impl Capture {
     /// Make the capture directories for one run (locked for this process).
     pub fn create(state: &Path, workspace: &Path) -> Result<Capture, WorkspaceError> {
@@ -185,16 +192,23 @@ impl Capture {
             .ok()
             .map(|m| (m.uid(), m.gid()))
             .filter(|&(u, _)| nix::unistd::geteuid().is_root() && u != 0);
+        if let Err(e) = std::fs::create_dir(&dir) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                return Err(err(&dir, e));
+            }
+            std::fs::create_dir_all(&dir).map_err(|e| err(&dir, e))?;
+        }
         for d in [dir.join("upper"), dir.join("work")] {
-            std::fs::create_dir_all(&d).map_err(|e| err(&d, e))?;
+            std::fs::create_dir(&d).map_err(|e| err(&d, e))?;
             if let Some((u, g)) = owner {
                 std::os::unix::fs::chown(&d, Some(u), Some(g)).map_err(|e| err(&d, e))?;
             }
         }
-        let lock_path = dir.join(LOCK);
-        let file = std::fs::File::create(&lock_path).map_err(|e| err(&lock_path, e))?;
-        let lock = lock_exclusive(file, true)
-            .ok_or_else(|| err(&lock_path, std::io::Error::other("cannot lock the capture")))?;
+        // The lock is on the capture directory itself (flock works on any
+        // open file): one file fewer to make and remove on every run.
+        let file = std::fs::File::open(&dir).map_err(|e| err(&dir, e))?;
+        let lock =
+            lock_exclusive(file, true).ok_or_else(|| err(&dir, std::io::Error::other("cannot lock the capture")))?;
         // Recovery finds a capture beside the workspace through this link.
         // Nothing has been written through the capture yet, so a launcher
         // killed before the link exists leaves only an empty capture behind.
@@ -212,7 +226,58 @@ impl Capture {
             link,
             _lock: lock,
             started: SystemTime::now(),
+            subtrees: Vec::new(),
         })
+    }
+
+    /// Capture writes beneath the workspace directory `rel` only (which must
+    /// be a real directory). Its upper directory takes the mode, and when run
+    /// by root the owner, of the directory it covers, since the overlay's root
+    /// shows the upper directory's.
+    pub fn add_subtree(&mut self, rel: &Path) -> Result<(), WorkspaceError> {
+        let lower_path = self.workspace.join(rel);
+        let lower = std::fs::symlink_metadata(&lower_path).map_err(|e| err(&lower_path, e))?;
+        if !lower.is_dir() {
+            return Err(err(&lower_path, std::io::Error::other("not a directory")));
+        }
+        let upper = self.upper().join(rel);
+        // The first overlay uses `work` itself: one directory fewer.
+        let work = match self.subtrees.len() {
+            0 => self.work(),
+            n => {
+                let w = self.work().join(n.to_string());
+                std::fs::create_dir(&w).map_err(|e| err(&w, e))?;
+                w
+            }
+        };
+        if let Some(parent) = upper.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| err(parent, e))?;
+        }
+        let mode = lower.mode() & 0o7777;
+        {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new()
+                .mode(mode)
+                .create(&upper)
+                .map_err(|e| err(&upper, e))?;
+        }
+        // Only if the umask took bits away.
+        let umask = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o022));
+        nix::sys::stat::umask(umask);
+        if mode & umask.bits() != 0 {
+            std::fs::set_permissions(&upper, std::fs::Permissions::from_mode(mode)).map_err(|e| err(&upper, e))?;
+        }
+        if nix::unistd::geteuid().is_root() {
+            for d in [&upper, &work] {
+                std::os::unix::fs::lchown(d, Some(lower.uid()), Some(lower.gid())).map_err(|e| err(d, e))?;
+            }
+        }
+        self.subtrees.push(Subtree {
+            rel: rel.to_path_buf(),
+            upper,
+            work,
+        });
+        Ok(())
     }
 
     pub fn upper(&self) -> PathBuf {
@@ -225,7 +290,8 @@ impl Capture {
 
     /// Classify the capture and land it, or not, as the policy says.
     pub fn finish(self, globs: &PathGlobs, drop_violations: bool) -> Result<Outcome, WorkspaceError> {
-        let out = land(&self.dir, &self.workspace, globs, drop_violations, self.started);
+        let rels: Vec<&Path> = self.subtrees.iter().map(|t| t.rel.as_path()).collect();
+        let out = land(&self.dir, &self.workspace, globs, drop_violations, self.started, &rels);
         // Landed or rolled back, the capture is gone; an error keeps it (and
         // its link) for the next start to finish.
         if out.is_ok() {
@@ -362,7 +428,7 @@ pub fn land_preview(
     globs: &PathGlobs,
     drop_violations: bool,
 ) -> Result<Outcome, WorkspaceError> {
-    land(dir, workspace, globs, drop_violations, SystemTime::now())
+    land(dir, workspace, globs, drop_violations, SystemTime::now(), &[])
 }
 
 /// Throw a preview away (a rejected action).
@@ -371,12 +437,15 @@ pub fn discard_preview(dir: &Path) {
 }
 
 /// Classify a capture directory and land it, or not.
+/// `subtrees`: the directories that were overlays of their own (none: the
+/// whole workspace), which tells cleaning up what the capture holds.
 fn land(
     dir: &Path,
     workspace: &Path,
     globs: &PathGlobs,
     drop_violations: bool,
     started: SystemTime,
+    subtrees: &[&Path],
 ) -> Result<Outcome, WorkspaceError> {
     {
         let mut out = Outcome::default();
@@ -407,7 +476,7 @@ fn land(
             if rename_in_place(dir, workspace, r) {
                 crash_point("after-single-rename");
                 out.committed = true;
-                cleanup(dir, workspace);
+                remove_capture_fast(dir, subtrees);
                 return Ok(out);
             }
         }
@@ -420,10 +489,11 @@ fn land(
             crash_point("after-journal");
             apply(dir, &journal)?;
             out.committed = true;
+            cleanup(dir, workspace);
         } else {
             out.committed = out.violations.is_empty();
+            remove_capture_fast(dir, subtrees);
         }
-        cleanup(dir, workspace);
         Ok(out)
     }
 }
@@ -727,6 +797,42 @@ fn cleanup(dir: &Path, ws: &Path) {
     remove_capture(dir);
 }
 
+/// Remove a capture whose commit used no trash: directory by directory when
+/// only the empty skeleton is left (the common case, a run that wrote nothing
+/// there: five `rmdir`s, where walking it costs three calls a directory and,
+/// for overlayfs' unreadable `work/work`, a second pass); else the slow way.
+fn remove_capture_fast(dir: &Path, subtrees: &[&Path]) {
+    let upper = dir.join("upper");
+    let work = dir.join("work");
+    let mut empty_dirs: Vec<PathBuf> = Vec::new();
+    for rel in subtrees {
+        // `upper/vendor/x/.git`, then `upper/vendor/x`, then `upper/vendor`.
+        empty_dirs.extend(
+            rel.ancestors()
+                .filter(|a| !a.as_os_str().is_empty())
+                .map(|a| upper.join(a)),
+        );
+    }
+    empty_dirs.push(upper);
+    for n in 1..subtrees.len() {
+        let w = work.join(n.to_string());
+        empty_dirs.push(w.join("work"));
+        empty_dirs.push(w);
+    }
+    empty_dirs.push(work.join("work"));
+    empty_dirs.push(work);
+    for d in &empty_dirs {
+        if let Err(e) = std::fs::remove_dir(d) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                return remove_capture(dir);
+            }
+        }
+    }
+    if std::fs::remove_dir(dir).is_err() {
+        remove_capture(dir);
+    }
+}
+
 /// Remove a capture directory.
 fn remove_capture(dir: &Path) {
     if std::fs::remove_dir_all(dir).is_err() {
@@ -775,7 +881,12 @@ pub fn recover(state: &Path) -> Vec<String> {
             },
             None => e.path(),
         };
-        let Ok(file) = std::fs::File::open(dir.join(LOCK)) else {
+        // The lock is the capture directory's own (an older launcher's, its `lock` file).
+        let lock_file = match dir.join(LOCK).exists() {
+            true => dir.join(LOCK),
+            false => dir.clone(),
+        };
+        let Ok(file) = std::fs::File::open(&lock_file) else {
             continue;
         };
         let Some(_lock) = lock_exclusive(file, false) else {
