@@ -107,16 +107,18 @@ fn make_preview(
         Some(&capture),
     )?;
     let (out, err) = capture.output_files().map_err(|e| format!("tether-exec: {e}"))?;
-    let code = match apply::run(&plan, Some(stdin), Some((&out, &err)), before_exec) {
+    let (code, hold_init) = match apply::run(&plan, Some(stdin), Some((&out, &err)), before_exec) {
         Ok(o) => match o.ended {
-            apply::Ended::Exited(c) | apply::Ended::ExecFailed { code: c } => c,
-            apply::Ended::TimedOut => exit::TIMEOUT,
+            apply::Ended::Exited(c) | apply::Ended::ExecFailed { code: c } => (c, o.hold_init),
+            apply::Ended::TimedOut => (exit::TIMEOUT, o.hold_init),
         },
         Err(e) => return Err(format!("tether-exec: the preview could not run: {e}")),
     };
+    // Read while init still holds the overlay (see `apply::Outcome::hold_init`).
     let kept = capture
         .keep_as_preview(&req.state_dir, &policy.path_globs(), code)
         .map_err(|e| format!("tether-exec: {e}"))?;
+    drop(hold_init);
     Ok(PreviewRecord {
         dir: kept.dir,
         digest: kept.digest,
@@ -452,6 +454,10 @@ fn execute(
         Ok(())
     };
     let mut outcome = apply::run(plan, stdin, None, &mut before_exec);
+    // init waits with the mounts in place while a capture is checked and
+    // landed (see `apply::Outcome::hold_init`); without one it may go now.
+    let hold_init = outcome.as_mut().ok().and_then(|o| o.hold_init.take());
+    let hold_init = hold_init.filter(|_| capture.is_some());
     // A setup that failed before the launcher's turn: the decision still goes
     // on record, then the failure.
     if let Err(e) = before_exec() {
@@ -565,6 +571,7 @@ fn execute(
             }
         }
     }
+    drop(hold_init);
     // Protected paths that did not exist yet cannot be mounted read-only; a
     // run that created one (or swapped `.git` by renaming it) does not keep it.
     // After the capture landed: the index it lands may name new repositories.

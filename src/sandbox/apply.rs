@@ -74,12 +74,18 @@ pub enum Ended {
     ExecFailed { code: i32 },
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Outcome {
     pub ended: Ended,
     pub duration: Duration,
     /// What `exec` said when it failed (for 126/127).
     pub exec_error: Option<String>,
+    /// init, alone in the sandbox once the command ended, exits when this is
+    /// dropped: until then the sandbox's mounts stay, idle. The kernel takes
+    /// them down when init exits, and taking down an overlay writes back the
+    /// whole upper filesystem, which stalls anyone reading the capture
+    /// meanwhile; so the capture is checked and landed first.
+    pub hold_init: Option<OwnedFd>,
 }
 
 /// The Landlock ABI this kernel offers (0 if none).
@@ -126,6 +132,24 @@ const MOUNT_ATTR_NOSUID: u64 = 0x2;
 const MOUNT_ATTR_NODEV: u64 = 0x4;
 const AT_RECURSIVE: u32 = 0x8000;
 const CLOSE_RANGE_CLOEXEC: u32 = 1 << 2;
+
+fn socketpair() -> Result<(OwnedFd, OwnedFd), ApplyError> {
+    let mut fds = [0; 2];
+    // SAFETY: fds is a valid 2-element array for socketpair to fill.
+    if unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    } != 0
+    {
+        return Err(setup("socketpair", std::io::Error::last_os_error()));
+    }
+    // SAFETY: socketpair succeeded, so both descriptors are open and owned by us alone.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
 
 fn pipe() -> Result<(OwnedFd, OwnedFd), ApplyError> {
     let mut fds = [0; 2];
@@ -181,7 +205,9 @@ pub fn run(
     let (sync_r, sync_w) = pipe()?;
     let (err_r, err_w) = pipe()?;
     let (go_r, go_w) = pipe()?;
-    let (status_r, status_w) = pipe()?;
+    // A socket, not a pipe: init reports the status on it, then waits on it
+    // for the launcher to let it go (see `Outcome::hold_init`).
+    let (status_r, status_w) = socketpair()?;
 
     let mut flags =
         (libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS) as u64;
@@ -294,7 +320,8 @@ pub fn run(
         c.sweep();
     }
 
-    let (status, timed_out, reaped) = supervise(pid, &pidfd, status_r, plan.timeout_ms.map(Duration::from_millis));
+    let (status, timed_out, reaped, hold_init) =
+        supervise(pid, &pidfd, status_r, plan.timeout_ms.map(Duration::from_millis));
     let duration = started.elapsed();
     if let Some(mut c) = cgroup {
         c.linger = !reaped;
@@ -310,6 +337,7 @@ pub fn run(
                 ended: Ended::ExecFailed { code },
                 duration,
                 exec_error: Some(reason.to_string()),
+                hold_init,
             });
         }
         return Err(setup(step, reason));
@@ -327,6 +355,7 @@ pub fn run(
         ended,
         duration,
         exec_error: None,
+        hold_init,
     })
 }
 
@@ -534,7 +563,8 @@ const FORWARDED_SIGNALS: [libc::c_int; 6] = [
 ];
 
 /// Wait for the sandbox to end, killing it at the timeout and forwarding signals.
-/// Returns (wait status, timed out, init reaped).
+/// Returns (wait status, timed out, init reaped, the socket init waits on
+/// when it reported).
 ///
 /// When the command ends, init kills and reaps every other process of the
 /// sandbox, then reports the command's status on `status` before it exits.
@@ -544,7 +574,12 @@ const FORWARDED_SIGNALS: [libc::c_int; 6] = [
 /// mounted in the dying namespace has no user left, so its upper directory
 /// can be read and moved meanwhile. init is reaped here if already gone,
 /// else by whoever inherits it when the launcher exits.
-fn supervise(pid: libc::pid_t, pidfd: &OwnedFd, status: OwnedFd, timeout: Option<Duration>) -> (i32, bool, bool) {
+fn supervise(
+    pid: libc::pid_t,
+    pidfd: &OwnedFd,
+    status: OwnedFd,
+    timeout: Option<Duration>,
+) -> (i32, bool, bool, Option<OwnedFd>) {
     let mut status = Some(std::fs::File::from(status));
     let mut reported: Option<i32> = None;
     // Forward the signals a harness or a terminal sends us to init, which
@@ -615,17 +650,18 @@ fn supervise(pid: libc::pid_t, pidfd: &OwnedFd, status: OwnedFd, timeout: Option
         }
         if fds[2].revents != 0 {
             let mut code = [0u8; 4];
-            if let Some(Ok(())) = status.take().map(|mut f| f.read_exact(&mut code)) {
+            if let Some(Ok(())) = status.as_mut().map(|f| f.read_exact(&mut code)) {
                 reported = Some(i32::from_le_bytes(code));
                 break;
             }
             // EOF: init died without reporting (killed); its wait status tells.
+            status = None;
         }
         if fds[0].revents & libc::POLLIN != 0 {
             break;
         }
     }
-    let (status, reaped) = match reported {
+    let (status_code, reaped) = match reported {
         Some(code) => {
             // Reap init if it is already gone; never wait for it.
             let mut st = 0;
@@ -642,7 +678,8 @@ fn supervise(pid: libc::pid_t, pidfd: &OwnedFd, status: OwnedFd, timeout: Option
             libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
         }
     }
-    (status, timed_out, reaped)
+    let hold = reported.and(status).map(OwnedFd::from);
+    (status_code, timed_out, reaped, hold)
 }
 
 /// Report a failed step to the parent and exit. Never returns.
@@ -1100,6 +1137,12 @@ fn reap(child: libc::pid_t, report: OwnedFd) -> ! {
                 while libc::waitpid(-1, &mut st, libc::__WALL) > 0 || errno().raw_os_error() == Some(libc::EINTR) {}
                 let bytes = code.to_le_bytes();
                 libc::write(report.as_raw_fd(), bytes.as_ptr() as *const libc::c_void, bytes.len());
+                // Wait, mounts in place, until the launcher lets go (a byte
+                // or its end closed, which its death also does).
+                let mut b = 0u8;
+                while libc::read(report.as_raw_fd(), &mut b as *mut u8 as *mut libc::c_void, 1) < 0
+                    && errno().raw_os_error() == Some(libc::EINTR)
+                {}
                 libc::_exit(code)
             };
         }
