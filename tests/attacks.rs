@@ -1413,3 +1413,29 @@ fn git_works_through_its_overlay_and_what_it_did_lands() {
     let captures = std::fs::read_dir(w.state.join("overlays")).map_or(0, |d| d.count());
     assert_eq!(captures, 0, "every capture was removed");
 }
+
+#[test]
+fn a_new_env_file_does_not_stay() {
+    // `.env*` is protected (DESIGN.md): a dev server that reloads `.env`
+    // (its NODE_OPTIONS reach the workers it starts) must not find one the
+    // run planted. Existing ones are masked; new ones are moved aside after
+    // the run, templates excepted. Through a program, not a redirect (the
+    // gate refuses those first).
+    let w = World::new();
+    let script = "python3 -c \"import os; os.makedirs('app', exist_ok=True); \
+                  [open(p, 'w').write('NODE_OPTIONS=--require /tmp/evil.js') for p in ('.env', 'app/.env.local')]; \
+                  open('.env.example', 'w').write('KEY=')\"; echo WROTE";
+    let o = w.run(script);
+    assert!(stdout(&o).contains("WROTE"), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    for p in [".env", "app/.env.local"] {
+        assert!(!exists(&w.ws.join(p)), "{p} stayed: {}", text(&o));
+    }
+    assert!(text(&o).contains("`.env`"), "{}", text(&o));
+    assert!(exists(&w.ws.join(".env.example")), "a template is not a secret");
+    // Control: without the sandbox both stay.
+    let c = w.control(script);
+    for p in [".env", "app/.env.local"] {
+        assert!(exists(&w.ws.join(p)), "control: {p}: {}", text(&c));
+    }
+}

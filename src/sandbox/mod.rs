@@ -14,19 +14,6 @@ use plan::HostFacts;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-/// Directories the secret scan does not descend into (as tether's own launcher).
-pub const SCAN_SKIP_DIRS: &[&str] = &[
-    ".git",
-    "node_modules",
-    ".venv",
-    "venv",
-    "__pycache__",
-    ".tether",
-    "target",
-];
-/// How deep the secret scan goes.
-pub const SCAN_MAX_DEPTH: usize = 8;
-
 /// Whether uid 0 of this user namespace is the kernel's root user. In the
 /// initial namespace it is (`0 0 4294967295`); in a nested one `uid_map` says
 /// which uid of the parent it is. A map to 0 of a parent that is itself nested
@@ -159,7 +146,7 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>) -> Hos
         env,
         extra_tool_dirs,
         venv_prefixes,
-        secret_files: scan_secrets(workspace),
+        secret_files: crate::workspace::scan_secrets(workspace),
         protected_present,
         git_index_unreadable: git.index_unreadable,
         protected_parents: git
@@ -270,30 +257,6 @@ fn protected_present(workspace: &Path, git: &crate::workspace::GitLayout) -> Vec
             }
         }
     }
-    out
-}
-
-/// Secret-looking files anywhere in the workspace (bounded depth, skipping
-/// dependency and VCS directories), hidden inside the sandbox.
-pub fn scan_secrets(workspace: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![(workspace.to_path_buf(), 0usize)];
-    while let Some((dir, depth)) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(&dir) else { continue };
-        for e in rd.flatten() {
-            let name = e.file_name();
-            let name = name.to_string_lossy();
-            let Ok(ft) = e.file_type() else { continue };
-            if ft.is_dir() {
-                if depth < SCAN_MAX_DEPTH && !SCAN_SKIP_DIRS.contains(&name.as_ref()) {
-                    stack.push((e.path(), depth + 1));
-                }
-            } else if ft.is_file() && crate::policy::is_secret_name(&name) {
-                out.push(e.path());
-            }
-        }
-    }
-    out.sort();
     out
 }
 

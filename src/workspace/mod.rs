@@ -357,12 +357,51 @@ pub fn protected_identities(git_dirs: &[PathBuf]) -> Vec<PathBuf> {
     out
 }
 
+/// Directories the secret scan does not descend into (as tether's own launcher).
+pub const SCAN_SKIP_DIRS: &[&str] = &[
+    ".git",
+    "node_modules",
+    ".venv",
+    "venv",
+    "__pycache__",
+    ".tether",
+    "target",
+];
+/// How deep the secret scan goes.
+pub const SCAN_MAX_DEPTH: usize = 8;
+
+/// Secret-looking files anywhere in the workspace (bounded depth, skipping
+/// dependency and VCS directories), hidden inside the sandbox.
+pub fn scan_secrets(workspace: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![(workspace.to_path_buf(), 0usize)];
+    while let Some((dir, depth)) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&dir) else { continue };
+        for e in rd.flatten() {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            let Ok(ft) = e.file_type() else { continue };
+            if ft.is_dir() {
+                if depth < SCAN_MAX_DEPTH && !SCAN_SKIP_DIRS.contains(&name.as_ref()) {
+                    stack.push((e.path(), depth + 1));
+                }
+            } else if ft.is_file() && crate::policy::is_secret_name(&name) {
+                out.push(e.path());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
 /// (device, inode) of each protected path before a run; `None` where absent.
 #[derive(Debug, Clone)]
 pub struct ProtectedSnapshot {
     entries: Vec<(PathBuf, Option<(u64, u64)>)>,
     git_dirs: Vec<PathBuf>,
     pointers: Vec<(PathBuf, Option<(u64, u64)>)>,
+    /// `.env*` secrets (templates excepted) as the secret scan finds them.
+    env_files: Vec<PathBuf>,
 }
 
 fn identity(p: &Path) -> Option<(u64, u64)> {
@@ -384,7 +423,20 @@ pub fn snapshot_protected(root: &Path) -> ProtectedSnapshot {
             .collect(),
         pointers: layout.pointers.into_iter().map(with_identity).collect(),
         git_dirs: layout.dirs,
+        env_files: env_secrets(root),
     }
+}
+
+/// The `.env*` secrets the secret scan finds, relative to `root`.
+fn env_secrets(root: &Path) -> Vec<PathBuf> {
+    scan_secrets(root)
+        .into_iter()
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| crate::policy::is_env_secret(&n.to_string_lossy()))
+        })
+        .filter_map(|p| p.strip_prefix(root).ok().map(Path::to_path_buf))
+        .collect()
 }
 
 fn quarantine_name(p: &Path) -> PathBuf {
@@ -486,6 +538,15 @@ pub fn enforce_protected(root: &Path, before: &ProtectedSnapshot) -> Result<Vec<
         let p = root.join(ptr);
         if identity(&p) != was {
             move_aside(ptr, &p, "created or replaced the submodule pointer", &mut violations);
+        }
+    }
+    // A new `.env*` (existing ones are masked, read-only mount points): in a
+    // bind-mounted workspace it cannot be refused while the run lasts, but
+    // it does not stay. Where the secret scan looks (see `SCAN_MAX_DEPTH`).
+    for rel in env_secrets(root) {
+        if !before.env_files.contains(&rel) {
+            let p = root.join(&rel);
+            move_aside(&rel, &p, "created protected path", &mut violations);
         }
     }
     if after.index_unreadable {
