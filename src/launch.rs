@@ -543,12 +543,20 @@ fn execute(
     // The overlay: check every captured write, then land it or not.
     let mut code = code;
     if let Some(c) = capture {
-        let drop = policy.on_violation() == crate::policy::OnViolation::Drop;
         let git_only = !c.subtrees.is_empty();
+        // In a git directory only the offending paths stay out (as in bind
+        // mode): a commit made in the same run is not lost with them.
+        let drop = git_only || policy.on_violation() == crate::policy::OnViolation::Drop;
         match c.finish(&policy.path_globs(), drop) {
             Ok(o) => {
                 let violated = !o.violations.is_empty();
+                let conflicted = !o.conflicts.is_empty();
                 code = record_outcome(o, &mut receipt, &mut stderr, code);
+                if git_only && conflicted {
+                    stderr.push(
+                        "tether-exec: a git directory is one transaction, so none of the run's changes to it were applied (its commits, index and refs); run the git commands again".into(),
+                    );
+                }
                 if git_only {
                     // The rest of the workspace is bound, its changes are not
                     // listed: neither are git's own. A control file made in a

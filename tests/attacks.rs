@@ -472,13 +472,16 @@ fn repositories_the_index_names_are_protected_like_the_top_one() {
         "{}",
         text(&o)
     );
-    // The checkout renamed away and made again with another pointer.
-    let o = w.run("mv lib lib2 && mkdir lib && printf 'gitdir: ../evil\\n' | tee lib/.git && echo SWAPPED");
-    assert!(stdout(&o).contains("SWAPPED"), "{}", text(&o));
-    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
-    assert!(
-        !exists(&w.ws.join("lib/.git")),
-        "the new pointer survived: {}",
+    // The checkout renamed away and made again with another pointer: the
+    // checkout is pinned (a mount point of itself), so the rename fails
+    // while the run lasts and the pointer never changes, not even then.
+    let o = w.run("mv lib lib2; mkdir -p lib; printf 'gitdir: ../evil\\n' | tee lib/.git; echo TRIED");
+    assert!(stdout(&o).contains("TRIED"), "{}", text(&o));
+    assert!(!exists(&w.ws.join("lib2")), "the checkout moved: {}", text(&o));
+    assert_eq!(
+        std::fs::read_to_string(w.ws.join("lib/.git")).unwrap(),
+        "gitdir: ../.git/modules/lib\n",
+        "{}",
         text(&o)
     );
     // Control: without the sandbox both land.
@@ -1438,4 +1441,66 @@ fn a_new_env_file_does_not_stay() {
     for p in [".env", "app/.env.local"] {
         assert!(exists(&w.ws.join(p)), "control: {p}: {}", text(&c));
     }
+}
+
+#[test]
+fn nested_repositories_cannot_be_swapped_or_extended_during_the_run() {
+    // A nested repository's checkout renamed away and made again with a
+    // `.git` of the run's own; a `commondir` in a nested git directory; a
+    // `.git` pointer in a submodule checkout that was never initialised; a
+    // linked worktree's submodule config. `git status` on the host obeys
+    // each the moment it exists: checked from the host during the run.
+    let w = World::new();
+    host_git(&w, &["init", "-q"]);
+    host_git(&w, &["init", "-q", "vendor/x"]);
+    std::fs::create_dir_all(w.ws.join("sub")).unwrap();
+    for link in ["vendor/x", "sub"] {
+        host_git(
+            &w,
+            &[
+                "update-index",
+                "--add",
+                "--cacheinfo",
+                &format!("160000,{SOME_COMMIT},{link}"),
+            ],
+        );
+    }
+    w.write(".git/worktrees/wt/HEAD", "ref: refs/heads/wt\n");
+    w.write(".git/worktrees/wt/commondir", "../..\n");
+    w.write(".git/worktrees/wt/modules/m/HEAD", "ref: refs/heads/main\n");
+    w.write(".git/worktrees/wt/modules/m/config", "[core]\n");
+    let nested_config = std::fs::read_to_string(w.ws.join("vendor/x/.git/config")).unwrap();
+    // Through programs, not redirects (the gate refuses those first).
+    let script = "mv vendor/x vendor/y; mkdir -p vendor/x/.git/hooks; \
+                  printf '[core]\\n\\tfsmonitor = evil\\n' | tee vendor/x/.git/config; \
+                  printf ../evil | tee vendor/x/.git/commondir; \
+                  printf 'gitdir: ../evil\\n' | tee sub/.git; \
+                  printf '\\tfsmonitor = evil\\n' | tee -a .git/worktrees/wt/modules/m/config";
+    let planted = ["vendor/y", "vendor/x/.git/commondir", "sub/.git"];
+    let (seen, o) = present_during_run(&w, script, &planted);
+    assert!(seen.is_empty(), "on the host during the run: {seen:?}\n{}", text(&o));
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    for p in planted {
+        assert!(!exists(&w.ws.join(p)), "{p} after the run: {}", text(&o));
+    }
+    assert_eq!(
+        std::fs::read_to_string(w.ws.join("vendor/x/.git/config")).unwrap(),
+        nested_config,
+        "{}",
+        text(&o)
+    );
+    assert_eq!(
+        std::fs::read_to_string(w.ws.join(".git/worktrees/wt/modules/m/config")).unwrap(),
+        "[core]\n",
+        "{}",
+        text(&o)
+    );
+    // Control: without the sandbox every one of them lands.
+    std::fs::remove_file(w.ws.join("during.txt")).unwrap();
+    let c = w.control(script);
+    for p in planted {
+        assert!(exists(&w.ws.join(p)), "control: {p}: {}", text(&c));
+    }
+    let config = std::fs::read_to_string(w.ws.join(".git/worktrees/wt/modules/m/config")).unwrap();
+    assert!(config.contains("fsmonitor"), "control: {}", text(&c));
 }

@@ -16,11 +16,17 @@ use globset::{Glob, GlobBuilder, GlobSet, GlobSetBuilder};
 pub const GIT_CONTROL: [&str; 4] = ["config", "config.worktree", "hooks", "commondir"];
 
 /// Paths inside the workspace that are protected whatever the globs say: the
-/// [`GIT_CONTROL`] entries of `.git`, of its submodules' git directories and
-/// of linked worktrees', `.git` itself when it is a file, and `.tether`.
+/// [`GIT_CONTROL`] entries of `.git`, of its submodules' git directories, of
+/// linked worktrees' and of their submodules' (git keeps those under
+/// `.git/worktrees/<name>/modules`), `.git` itself when it is a file, and `.tether`.
 pub fn builtin_protected_globs() -> Vec<String> {
     let mut out = vec![".git".to_string(), ".tether".into(), ".tether/**".into()];
-    for dir in [".git", ".git/modules/**", ".git/worktrees/*"] {
+    for dir in [
+        ".git",
+        ".git/modules/**",
+        ".git/worktrees/*",
+        ".git/worktrees/*/modules/**",
+    ] {
         for c in GIT_CONTROL {
             out.push(format!("{dir}/{c}"));
         }

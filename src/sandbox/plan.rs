@@ -455,13 +455,24 @@ pub fn build(
             });
         }
     }
+    // Renaming `.git` away and making a new one would carry its read-only
+    // hooks and config along and leave a writable `.git` in its place (caught
+    // after the run, but present during it): pinned, it cannot move, nor can
+    // any directory on the way to a nested repository. A git directory that
+    // is an overlay is its own mount point. An overlay of the whole workspace
+    // captures such a rename instead, and checks it before anything lands.
+    //
     // In a bind-mounted workspace, each git directory is an overlay of its
     // own: a control file git would obey that does not exist yet (`commondir`,
     // a new submodule's `config`, `hooks` where there were none) would
     // otherwise exist in the real repository while the run lasts, for any
     // `git status` on the host (an editor runs it every few seconds) to obey.
-    // Captured, it is checked after the run and never lands.
+    // Captured, it is checked after the run and never lands. Pins outside
+    // the overlays come first (a later bind of a parent would hide them).
     if writable && facts.overlay.is_none() {
+        let in_overlay = |p: &Path| facts.git_overlays.iter().any(|(d, _, _)| p.starts_with(d));
+        let pin = |p: &PathBuf| Mount::Pin { dst: p.clone() };
+        mounts.extend(facts.protected_parents.iter().filter(|p| !in_overlay(p)).map(pin));
         for (dst, upper, work) in &facts.git_overlays {
             mounts.push(Mount::Overlay {
                 dst: dst.clone(),
@@ -469,18 +480,13 @@ pub fn build(
                 work: work.clone(),
             });
         }
-    }
-    // Renaming `.git` away and making a new one would carry its read-only
-    // hooks and config along and leave a writable `.git` in its place (caught
-    // after the run, but present during it): pinned, it cannot move (an
-    // overlay's mount point cannot either). An overlay of the whole workspace
-    // captures such a rename instead, and checks it before anything lands.
-    if writable && facts.overlay.is_none() {
-        for p in &facts.protected_parents {
-            if !facts.git_overlays.iter().any(|(d, _, _)| d == p) {
-                mounts.push(Mount::Pin { dst: p.clone() });
-            }
-        }
+        mounts.extend(
+            facts
+                .protected_parents
+                .iter()
+                .filter(|p| in_overlay(p) && !facts.git_overlays.iter().any(|(d, _, _)| d == *p))
+                .map(pin),
+        );
     }
     for (p, is_dir) in &facts.protected_present {
         let hidden = p.strip_prefix(workspace).is_ok_and(|r| r.starts_with(".tether"));

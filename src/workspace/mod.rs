@@ -183,6 +183,32 @@ mod tests {
         assert_eq!(bump_generation(s.path(), w).unwrap(), 1);
         assert_eq!(generation(s.path(), w), 1);
     }
+
+    #[test]
+    fn git_control_paths_inside_any_git_directory() {
+        let table = [
+            ("config", true),
+            ("commondir", true),
+            ("config.worktree", true),
+            ("hooks", true),
+            ("hooks/post-checkout", true),
+            ("modules/lib/config", true),
+            ("modules/a/b/hooks/pre-commit", true),
+            ("modules/lib/modules/inner/commondir", true),
+            ("worktrees/wt/commondir", true),
+            ("worktrees/wt/modules/sub/config", true),
+            ("index", false),
+            ("HEAD", false),
+            ("objects/ab/cdef", false),
+            ("refs/heads/config", false),
+            ("logs/refs/heads/hooks", false),
+            ("modules/lib/index", false),
+            ("worktrees/wt/HEAD", false),
+        ];
+        for (p, protected) in table {
+            assert_eq!(is_git_control_path(Path::new(p)), protected, "{p}");
+        }
+    }
 }
 
 pub use crate::policy::GIT_CONTROL;
@@ -211,6 +237,10 @@ pub struct GitLayout {
     /// The index could not be read (a split index, or damage): the gitlinks,
     /// and so the nested repositories, are unknown.
     pub index_unreadable: bool,
+    /// Checkouts of gitlinks that exist but hold no `.git` (a submodule not
+    /// initialised): a `.git` made there would be obeyed by `git status` at
+    /// once, so they are read-only in a writable run.
+    pub empty_checkouts: Vec<PathBuf>,
 }
 
 /// Finds the workspace's git directories (names are bytes: nothing is lost
@@ -242,7 +272,7 @@ pub fn git_layout(root: &Path) -> GitLayout {
     let worktrees = git.join("worktrees");
     let linked = subdirs(&worktrees);
     if !linked.is_empty() {
-        layout.pins.push(worktrees);
+        layout.pins.push(worktrees.clone());
         layout.pins.extend(linked.iter().cloned());
         layout.dirs.extend(linked);
     }
@@ -263,6 +293,16 @@ pub fn git_layout(root: &Path) -> GitLayout {
                     continue;
                 }
                 let dotgit = l.join(".git");
+                // Every directory down to the checkout is pinned: renamed, one
+                // would carry the read-only mounts beneath it away and leave
+                // room for a checkout with a `.git` of the run's making.
+                let mut ancestor = PathBuf::new();
+                for c in l.components() {
+                    ancestor.push(c);
+                    if !layout.pins.contains(&ancestor) {
+                        layout.pins.push(ancestor.clone());
+                    }
+                }
                 match std::fs::symlink_metadata(root.join(&dotgit)) {
                     Ok(m) if m.is_dir() => {
                         layout.dirs.push(dotgit.clone());
@@ -271,13 +311,23 @@ pub fn git_layout(root: &Path) -> GitLayout {
                     // A file names the git directory; so does a symlink, which
                     // git follows: both are checked around a run.
                     Ok(_) => layout.pointers.push(dotgit),
-                    Err(_) => {}
+                    Err(_) => {
+                        let empty = std::fs::read_dir(root.join(&l)).is_ok_and(|mut rd| rd.next().is_none());
+                        if empty {
+                            layout.empty_checkouts.push(l);
+                        }
+                    }
                 }
             }
         }
         None => layout.index_unreadable = true,
     }
+    // Submodules' git directories: under `.git/modules`, and under each
+    // linked worktree's own `modules`.
     let mut stack = vec![(git.join("modules"), 0)];
+    for wt in layout.dirs.iter().filter(|d| d.starts_with(&worktrees)) {
+        stack.push((wt.join("modules"), 0));
+    }
     let mut visited = 0;
     while let Some((dir, depth)) = stack.pop() {
         visited += 1;
@@ -337,6 +387,21 @@ pub fn git_overlay_dirs(layout: &GitLayout, root: &Path, trees: Option<&[String]
         }
     }
     out
+}
+
+/// Whether `inner`, a path inside a git directory, is one of its control
+/// files ([`GIT_CONTROL`], hooks and all beneath) or one of its submodules'
+/// or linked worktrees' (`modules/**/config`, `worktrees/*/commondir`...).
+/// The built-in protected globs say the same for the workspace's own `.git`;
+/// this covers every git directory, wherever it is.
+pub fn is_git_control_path(inner: &Path) -> bool {
+    let names: Vec<&std::ffi::OsStr> = inner.iter().collect();
+    let control = |n: &std::ffi::OsStr| GIT_CONTROL.iter().any(|c| n == std::ffi::OsStr::new(c));
+    match names.first() {
+        Some(first) if control(first) => true,
+        Some(first) if *first == "modules" || *first == "worktrees" => names[1..].iter().any(|n| control(n)),
+        _ => false,
+    }
 }
 
 /// Protected paths whose identity is checked around a run (relative to the

@@ -330,6 +330,7 @@ impl Capture {
         let mut ops = Vec::new();
         Planner {
             ws: &self.workspace,
+            git_dirs: &[],
             upper: self.upper(),
             globs,
             out: &mut outcome,
@@ -452,6 +453,7 @@ fn land(
         let mut ops = Vec::new();
         let mut plan = Planner {
             ws: workspace,
+            git_dirs: subtrees,
             upper: dir.join("upper"),
             globs,
             out: &mut out,
@@ -459,7 +461,12 @@ fn land(
             started,
         };
         plan.walk(Path::new(""))?;
-        let ops = if out.violations.is_empty() {
+        // A git directory is one transaction (an index, the objects it
+        // names, the refs that point at them): if the person changed any of
+        // it meanwhile, none of the run's changes to it land.
+        let ops = if !subtrees.is_empty() && !out.conflicts.is_empty() {
+            Vec::new()
+        } else if out.violations.is_empty() {
             ops
         } else if drop_violations {
             ops.into_iter().filter(|(_, ok)| *ok).collect()
@@ -508,6 +515,9 @@ fn crash_point(name: &str) {
 
 struct Planner<'a> {
     ws: &'a Path,
+    /// Git directories captured as overlays of their own: their control
+    /// files, and their submodules', are protected wherever they are.
+    git_dirs: &'a [&'a Path],
     upper: PathBuf,
     globs: &'a PathGlobs,
     out: &'a mut Outcome,
@@ -549,6 +559,19 @@ impl Planner<'_> {
         let r = rel.to_string_lossy();
         if let Some(p) = self.globs.protected_by(&r) {
             self.out.violations.push(format!("{what} `{r}`: protected path ({p})"));
+            return false;
+        }
+        let git_dir = self.git_dirs.iter().find_map(|d| {
+            rel.strip_prefix(d)
+                .ok()
+                .filter(|inner| super::is_git_control_path(inner))
+                .map(|_| d)
+        });
+        if let Some(d) = git_dir {
+            self.out.violations.push(format!(
+                "{what} `{r}`: protected path (a control file of the git directory `{}`)",
+                d.display()
+            ));
             return false;
         }
         if !self.globs.writable(&r) {
