@@ -1504,3 +1504,28 @@ fn nested_repositories_cannot_be_swapped_or_extended_during_the_run() {
     let config = std::fs::read_to_string(w.ws.join(".git/worktrees/wt/modules/m/config")).unwrap();
     assert!(config.contains("fsmonitor"), "control: {}", text(&c));
 }
+
+#[test]
+fn no_set_id_file_is_made() {
+    // As root, for a workspace root owns, the sandbox's user is the host's
+    // root on the workspace's files: a set-user-ID copy of a shell left there
+    // would give root to anyone on the host who can reach it. Every way to
+    // set the bits is refused: chmod, fchmod(at), a creating open, mknod.
+    use std::os::unix::fs::PermissionsExt;
+    let w = World::new();
+    let script = "cp /bin/true a; chmod u+s a; chmod 2755 a; \
+                  python3 -c \"import os; fd = os.open('b', os.O_CREAT | os.O_WRONLY, 0o4755); os.fchmod(fd, 0o6755)\"; \
+                  install -m 4755 /bin/true c; python3 -c \"import os; os.mknod('d', 0o104755)\"; \
+                  cp /bin/true e; python3 -c \"import os; os.chmod('e', 0o4755)\"; echo DONE";
+    let o = w.run(script);
+    assert!(stdout(&o).contains("DONE"), "{}", text(&o));
+    for f in ["a", "b", "c", "d", "e"] {
+        if let Ok(m) = std::fs::metadata(w.ws.join(f)) {
+            assert_eq!(m.permissions().mode() & 0o6000, 0, "{f} is set-id: {}", text(&o));
+        }
+    }
+    // Control: without the sandbox the bits stick.
+    let c = w.control("cp /bin/true ctl && chmod u+s ctl");
+    let m = std::fs::metadata(w.ws.join("ctl")).unwrap();
+    assert_eq!(m.permissions().mode() & 0o4000, 0o4000, "control: {}", text(&c));
+}

@@ -106,7 +106,16 @@ pub const CONDITIONAL: &[&str] = &[
     "ioctl TIOCSTI/TIOCLINUX (low 32 bits)",
     "personality changes",
     "clone3 (ENOSYS)",
+    "chmod/fchmod/fchmodat/fchmodat2, mknod/mknodat and creating opens with a set-user-ID or set-group-ID mode",
+    "openat2 (ENOSYS)",
 ];
+
+/// S_ISUID | S_ISGID. As root for a workspace root owns, the sandbox's user
+/// is the host's root on the workspace's files: a set-user-ID file it made
+/// there would run as root for anyone on the host who can reach it.
+const SETID_BITS: u32 = 0o6000;
+/// O_CREAT | __O_TMPFILE: the opens whose mode argument counts.
+const CREATING_OPEN: u32 = 0o100 | 0o20000000;
 
 #[cfg(target_arch = "x86_64")]
 const AUDIT_ARCH: u32 = 0xC000_003E;
@@ -120,6 +129,8 @@ const NR: u32 = 0;
 const ARCH: u32 = 4;
 const ARG0_LOW: u32 = 16;
 const ARG1_LOW: u32 = 24;
+const ARG2_LOW: u32 = 32;
+const ARG3_LOW: u32 = 40;
 
 // Classic BPF opcodes used here.
 const LD_W_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
@@ -140,6 +151,14 @@ enum Verdict {
     Ioctl,
     /// Allowed only for personality(0) and personality(0xffffffff).
     Personality,
+    /// Refused if the mode in argument 1 (chmod, fchmod, creat, mknod) or 2
+    /// (fchmodat, fchmodat2, mknodat) has a set-id bit.
+    SetidMode1,
+    SetidMode2,
+    /// Refused if the flags in argument 1 (open) or 2 (openat) create a file
+    /// and the mode after them has a set-id bit.
+    CreatingOpen1,
+    CreatingOpen2,
 }
 
 /// The system calls the table names, sorted by number.
@@ -150,6 +169,21 @@ fn table() -> Vec<(u32, Verdict)> {
     t.push((libc::SYS_ioctl as u32, Verdict::Ioctl));
     t.push((libc::SYS_personality as u32, Verdict::Personality));
     t.push((libc::SYS_clone3 as u32, Verdict::Enosys));
+    // openat2 passes its mode in memory, out of BPF's reach: libc falls back
+    // to openat, whose mode it can see.
+    t.push((libc::SYS_openat2 as u32, Verdict::Enosys));
+    #[cfg(target_arch = "x86_64")]
+    {
+        t.push((libc::SYS_chmod as u32, Verdict::SetidMode1));
+        t.push((libc::SYS_creat as u32, Verdict::SetidMode1));
+        t.push((libc::SYS_mknod as u32, Verdict::SetidMode1));
+        t.push((libc::SYS_open as u32, Verdict::CreatingOpen1));
+    }
+    t.push((libc::SYS_fchmod as u32, Verdict::SetidMode1));
+    t.push((libc::SYS_fchmodat as u32, Verdict::SetidMode2));
+    t.push((libc::SYS_fchmodat2 as u32, Verdict::SetidMode2));
+    t.push((libc::SYS_mknodat as u32, Verdict::SetidMode2));
+    t.push((libc::SYS_openat as u32, Verdict::CreatingOpen2));
     t.sort_unstable_by_key(|e| e.0);
     t
 }
@@ -258,6 +292,58 @@ pub fn filters() -> Result<Vec<BpfProgram>, SeccompError> {
                 ),
             ],
         ),
+        (
+            Verdict::SetidMode1,
+            vec![
+                (LD_W_ABS, ARG1_LOW, To::Next, To::Next),
+                (
+                    JSET_K,
+                    SETID_BITS,
+                    To::Verdict(Verdict::Eperm),
+                    To::Verdict(Verdict::Allow),
+                ),
+            ],
+        ),
+        (
+            Verdict::SetidMode2,
+            vec![
+                (LD_W_ABS, ARG2_LOW, To::Next, To::Next),
+                (
+                    JSET_K,
+                    SETID_BITS,
+                    To::Verdict(Verdict::Eperm),
+                    To::Verdict(Verdict::Allow),
+                ),
+            ],
+        ),
+        (
+            Verdict::CreatingOpen1,
+            vec![
+                (LD_W_ABS, ARG1_LOW, To::Next, To::Next),
+                (JSET_K, CREATING_OPEN, To::Next, To::Verdict(Verdict::Allow)),
+                (LD_W_ABS, ARG2_LOW, To::Next, To::Next),
+                (
+                    JSET_K,
+                    SETID_BITS,
+                    To::Verdict(Verdict::Eperm),
+                    To::Verdict(Verdict::Allow),
+                ),
+            ],
+        ),
+        (
+            Verdict::CreatingOpen2,
+            vec![
+                (LD_W_ABS, ARG2_LOW, To::Next, To::Next),
+                (JSET_K, CREATING_OPEN, To::Next, To::Verdict(Verdict::Allow)),
+                (LD_W_ABS, ARG3_LOW, To::Next, To::Next),
+                (
+                    JSET_K,
+                    SETID_BITS,
+                    To::Verdict(Verdict::Eperm),
+                    To::Verdict(Verdict::Allow),
+                ),
+            ],
+        ),
         (Verdict::Allow, vec![allow]),
         (Verdict::Eperm, vec![eperm]),
         (Verdict::Enosys, vec![enosys]),
@@ -353,6 +439,40 @@ mod tests {
             ])
             .unwrap()],
         );
+        // Set-id modes: "any of these bits" is one rule per bit.
+        let bits = [0o4000u64, 0o2000];
+        let setid = |arg: u8| -> Vec<SeccompRule> {
+            bits.iter()
+                .map(|b| SeccompRule::new(vec![Cond::new(arg, Len::Dword, Op::MaskedEq(*b), *b).unwrap()]).unwrap())
+                .collect()
+        };
+        let creating = |flags: u8, mode: u8| -> Vec<SeccompRule> {
+            let mut v = Vec::new();
+            for f in [0o100u64, 0o20000000] {
+                for b in bits {
+                    v.push(
+                        SeccompRule::new(vec![
+                            Cond::new(flags, Len::Dword, Op::MaskedEq(f), f).unwrap(),
+                            Cond::new(mode, Len::Dword, Op::MaskedEq(b), b).unwrap(),
+                        ])
+                        .unwrap(),
+                    );
+                }
+            }
+            v
+        };
+        #[cfg(target_arch = "x86_64")]
+        {
+            rules.insert(libc::SYS_chmod, setid(1));
+            rules.insert(libc::SYS_creat, setid(1));
+            rules.insert(libc::SYS_mknod, setid(1));
+            rules.insert(libc::SYS_open, creating(1, 2));
+        }
+        rules.insert(libc::SYS_fchmod, setid(1));
+        rules.insert(libc::SYS_fchmodat, setid(2));
+        rules.insert(libc::SYS_fchmodat2, setid(2));
+        rules.insert(libc::SYS_mknodat, setid(2));
+        rules.insert(libc::SYS_openat, creating(2, 3));
         let refuse = SeccompFilter::new(
             rules,
             SeccompAction::Allow,
@@ -363,6 +483,7 @@ mod tests {
         out.push(refuse.try_into().unwrap());
         let mut clone3 = BTreeMap::new();
         clone3.insert(libc::SYS_clone3, vec![]);
+        clone3.insert(libc::SYS_openat2, vec![]);
         let nosys = SeccompFilter::new(
             clone3,
             SeccompAction::Allow,
@@ -479,6 +600,42 @@ mod tests {
             }
         }
         assert!(checked > 4000);
+        // The mode and open-flag checks look at arguments 1 to 3.
+        let modes_and_flags: [u64; 9] = [
+            0,
+            0o755,
+            0o4755,
+            0o2755,
+            0o6000 | (1 << 40),
+            0o100 | 0o2,    // O_CREAT | O_RDWR
+            0o20200000 | 2, // O_TMPFILE | O_RDWR
+            0o1 | (0o100 << 32),
+            u64::MAX,
+        ];
+        for &nr in &numbers {
+            let mode_checked = table().iter().any(|(n, v)| {
+                *n == nr
+                    && matches!(
+                        v,
+                        Verdict::SetidMode1 | Verdict::SetidMode2 | Verdict::CreatingOpen1 | Verdict::CreatingOpen2
+                    )
+            });
+            if !mode_checked {
+                continue;
+            }
+            for &a1 in &modes_and_flags {
+                for &a2 in &modes_and_flags {
+                    for &a3 in &modes_and_flags {
+                        let d = data(AUDIT_ARCH, nr, [3, a1, a2, a3, 0, 0]);
+                        assert_eq!(
+                            combined(&ours, &d),
+                            combined(&reference, &d),
+                            "nr {nr} args {a1:#o} {a2:#o} {a3:#o}"
+                        );
+                    }
+                }
+            }
+        }
     }
 
     #[test]
@@ -497,6 +654,18 @@ mod tests {
         assert_eq!(run(libc::SYS_personality, 0xffff_ffff, 0), libc::SECCOMP_RET_ALLOW);
         assert_eq!(run(libc::SYS_personality, 0x0040_0000, 0), eperm);
         assert_eq!(run(libc::SYS_read, 0, 0), libc::SECCOMP_RET_ALLOW);
+        assert_eq!(run(libc::SYS_fchmod, 3, 0o4755), eperm);
+        assert_eq!(run(libc::SYS_fchmod, 3, 0o755), libc::SECCOMP_RET_ALLOW);
+        let openat = |flags: u64, mode: u64| {
+            eval(
+                &ours[0],
+                &data(AUDIT_ARCH, libc::SYS_openat as u32, [3, 0, flags, mode, 0, 0]),
+            )
+        };
+        assert_eq!(openat(0o100, 0o4755), eperm);
+        assert_eq!(openat(0o100, 0o644), libc::SECCOMP_RET_ALLOW);
+        // Without O_CREAT the mode argument is whatever the register held.
+        assert_eq!(openat(0, 0o4755), libc::SECCOMP_RET_ALLOW);
         // Short: the kernel walks it for every system call number when it is
         // loaded, and for every call the command makes.
         assert!(ours[0].len() < 200, "{} instructions", ours[0].len());
