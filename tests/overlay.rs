@@ -462,3 +462,61 @@ fn a_journal_naming_a_path_outside_the_workspace_is_not_applied() {
         "the capture is kept for a human to look at"
     );
 }
+
+#[test]
+fn landing_never_follows_a_directory_swapped_for_a_symlink() {
+    // Another run in the same workspace can swap a directory for a symlink
+    // to anywhere while this one lands its capture (as root, perhaps): every
+    // step resolves its directory beneath the workspace without following
+    // a symlink. The landing is paused after its first step, the swap made,
+    // and nothing may arrive at the symlink's target.
+    let w = World::new();
+    std::fs::create_dir_all(w.ws.join("sub")).unwrap();
+    let target = w.outside.join("target");
+    std::fs::create_dir_all(&target).unwrap();
+    let pause = w.root.path().join("paused");
+    let p = w.policy("profile = \"workspace-write\"\noverlay = true\n");
+    let child = Command::new(bin())
+        .arg("--state-dir")
+        .arg(&w.state)
+        .args([
+            "run",
+            "--policy",
+            p.to_str().unwrap(),
+            "-c",
+            "echo a > sub/a; echo b > sub/b; echo c > sub/c; echo d > sub/d",
+        ])
+        .current_dir(&w.ws)
+        .env("TETHER_EXEC_TEST_PAUSE_AT", "mid-commit")
+        .env("TETHER_EXEC_TEST_PAUSE_FILE", &pause)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !exists(&pause) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    assert!(exists(&pause), "the landing never paused");
+    std::fs::rename(w.ws.join("sub"), w.ws.join("sub-real")).unwrap();
+    std::os::unix::fs::symlink(&target, w.ws.join("sub")).unwrap();
+    std::fs::remove_file(&pause).unwrap();
+    let o = child.wait_with_output().unwrap();
+    let arrived: Vec<_> = std::fs::read_dir(&target)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(
+        arrived.is_empty(),
+        "landed outside the workspace: {arrived:?}\n{}",
+        text(&o)
+    );
+    assert_ne!(o.status.code(), Some(0), "{}", text(&o));
+    // Control: a rename by path goes through the symlink.
+    let f = w.ws.join("loose");
+    std::fs::write(&f, "x").unwrap();
+    std::fs::rename(&f, w.ws.join("sub/loose")).unwrap();
+    assert!(exists(&target.join("loose")), "control");
+}

@@ -23,7 +23,7 @@
 //! A path the human changed in the real workspace while the run was going on
 //! is a conflict: the human's version stays and the run's change is listed.
 
-use super::WorkspaceError;
+use super::{beneath, WorkspaceError};
 use crate::policy::PathGlobs;
 use serde::{Deserialize, Serialize};
 use std::ffi::OsString;
@@ -511,6 +511,17 @@ fn crash_point(name: &str) {
     if cfg!(debug_assertions) && std::env::var("TETHER_EXEC_TEST_CRASH_AT").is_ok_and(|v| v == name) {
         std::process::abort();
     }
+    // Or wait there while the file TETHER_EXEC_TEST_PAUSE_FILE exists (a
+    // test changes the workspace meanwhile, as another run could).
+    if cfg!(debug_assertions) && std::env::var("TETHER_EXEC_TEST_PAUSE_AT").is_ok_and(|v| v == name) {
+        if let Some(f) = std::env::var_os("TETHER_EXEC_TEST_PAUSE_FILE") {
+            let _ = std::fs::write(&f, b"");
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            while Path::new(&f).exists() && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+        }
+    }
 }
 
 struct Planner<'a> {
@@ -713,7 +724,13 @@ fn rename_in_place(dir: &Path, workspace: &Path, r: &[u8]) -> bool {
         return false;
     }
     let rel = Path::new(std::ffi::OsStr::from_bytes(r));
-    std::fs::rename(dir.join("upper").join(rel), workspace.join(rel)).is_ok()
+    let moved = || -> std::io::Result<()> {
+        let (parent, name) = beneath::split(rel)?;
+        let ws = beneath::Dir::root(workspace)?;
+        let upper = beneath::Dir::root(&dir.join("upper"))?;
+        ws.dir(parent)?.rename_from(&upper.dir(parent)?, name, name)
+    };
+    moved().is_ok()
 }
 
 fn trash_dir(dir: &Path, ws: &Path) -> PathBuf {
@@ -725,7 +742,10 @@ fn trash_dir(dir: &Path, ws: &Path) -> PathBuf {
     ws.join(format!(".tether-exec-trash-{id}"))
 }
 
-/// Apply a journal. Every step checks whether it already happened.
+/// Apply a journal. Every step checks whether it already happened. Every
+/// change in the workspace goes through [`beneath`]: another sandbox still
+/// running there cannot redirect one outside it by swapping a directory on
+/// the way for a symlink.
 fn apply(dir: &Path, j: &Journal) -> Result<(), WorkspaceError> {
     // Every step names a path inside the workspace: relative, no `..`.
     if !j.workspace.is_absolute()
@@ -738,42 +758,47 @@ fn apply(dir: &Path, j: &Journal) -> Result<(), WorkspaceError> {
             std::io::Error::other("the journal names a path outside the workspace; not applied"),
         ));
     }
-    let upper = dir.join("upper");
+    let upper_path = dir.join("upper");
+    let ws = beneath::Dir::root(&j.workspace).map_err(|e| err(&j.workspace, e))?;
+    let upper = beneath::Dir::root(&upper_path).map_err(|e| err(&upper_path, e))?;
     let trash = trash_dir(dir, &j.workspace);
+    let trash_name = trash.file_name().unwrap_or_default().to_owned();
     for (i, op) in j.ops.iter().enumerate() {
         if i == 1 {
             crash_point("mid-commit");
         }
+        let (Op::Remove(r) | Op::MakeDir(r, _) | Op::Move(r)) = op;
+        let rel = Path::new(std::ffi::OsStr::from_bytes(r));
+        let at = |e: std::io::Error| err(&j.workspace.join(rel), e);
+        let (parent, name) = beneath::split(rel).map_err(at)?;
         match op {
-            Op::Remove(r) => {
-                let rel = Path::new(std::ffi::OsStr::from_bytes(r));
-                let from = j.workspace.join(rel);
-                let to = trash.join(rel);
-                if std::fs::symlink_metadata(&to).is_err() && std::fs::symlink_metadata(&from).is_ok() {
-                    std::fs::create_dir_all(to.parent().expect("in trash")).map_err(|e| err(&to, e))?;
-                    std::fs::rename(&from, &to).map_err(|e| err(&from, e))?;
+            Op::Remove(_) => {
+                let from = ws.dir(parent).map_err(at)?;
+                let in_trash = ws.dir(Path::new(&trash_name)).and_then(|t| t.dir(parent));
+                let done = in_trash.as_ref().is_ok_and(|t| t.has(name));
+                if !done && from.has(name) {
+                    let to = ws.make_dirs(&Path::new(&trash_name).join(parent)).map_err(at)?;
+                    to.rename_from(&from, name, name).map_err(at)?;
                 }
             }
-            Op::MakeDir(r, mode) => {
-                let p = j.workspace.join(std::ffi::OsStr::from_bytes(r));
-                if std::fs::symlink_metadata(&p).is_err() {
-                    std::fs::create_dir(&p).map_err(|e| err(&p, e))?;
-                    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(*mode)).map_err(|e| err(&p, e))?;
-                    let made = std::fs::symlink_metadata(upper.join(std::ffi::OsStr::from_bytes(r)));
-                    if let Ok(m) = made {
-                        same_owner(&p, &m)?;
-                    }
+            Op::MakeDir(_, mode) => {
+                let parent_dir = ws.dir(parent).map_err(at)?;
+                if !parent_dir.has(name) {
+                    let made = std::fs::symlink_metadata(upper_path.join(rel)).ok();
+                    let owner = made.as_ref().and_then(owner_to_give);
+                    parent_dir.make_dir(name, *mode, owner).map_err(at)?;
                 }
             }
-            Op::Move(r) => {
-                let rel = Path::new(std::ffi::OsStr::from_bytes(r));
-                let from = upper.join(rel);
-                let to = j.workspace.join(rel);
-                if std::fs::symlink_metadata(&from).is_ok() {
-                    match std::fs::rename(&from, &to) {
+            Op::Move(_) => {
+                let from = upper.dir(parent).map_err(|e| err(&upper_path.join(rel), e))?;
+                if from.has(name) {
+                    let to = ws.dir(parent).map_err(at)?;
+                    match to.rename_from(&from, name, name) {
                         Ok(()) => {}
-                        Err(e) if e.raw_os_error() == Some(libc::EXDEV) => copy_then_remove(&from, &to)?,
-                        Err(e) => return Err(err(&from, e)),
+                        Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
+                            copy_then_remove(&upper_path.join(rel), &to, name).map_err(at)?
+                        }
+                        Err(e) => return Err(at(e)),
                     }
                 }
             }
@@ -782,37 +807,37 @@ fn apply(dir: &Path, j: &Journal) -> Result<(), WorkspaceError> {
     Ok(())
 }
 
-/// Across filesystems (state directory elsewhere): copy, then drop the source.
-/// Re-running after a crash copies again, which is idempotent.
-fn copy_then_remove(from: &Path, to: &Path) -> Result<(), WorkspaceError> {
-    let m = std::fs::symlink_metadata(from).map_err(|e| err(from, e))?;
+/// Across filesystems (state directory elsewhere): copy into `to`/`name`
+/// (through a temporary name made exclusively, never followed), then drop the
+/// source. Re-running after a crash copies again, which is idempotent.
+fn copy_then_remove(from: &Path, to: &beneath::Dir, name: &std::ffi::OsStr) -> std::io::Result<()> {
+    let m = std::fs::symlink_metadata(from)?;
     if m.file_type().is_symlink() {
-        let target = std::fs::read_link(from).map_err(|e| err(from, e))?;
-        let _ = std::fs::remove_file(to);
-        std::os::unix::fs::symlink(&target, to).map_err(|e| err(to, e))?;
-        same_owner(to, &m)?;
+        let target = std::fs::read_link(from)?;
+        let _ = to.unlink(name);
+        to.symlink(&target, name)?;
+        if let Some((u, g)) = owner_to_give(&m) {
+            to.lchown(name, u, g)?;
+        }
     } else {
-        let tmp = to.with_file_name(OsString::from_vec(
-            [
-                b".tether-exec-tmp-".as_slice(),
-                to.file_name().map(|n| n.as_bytes()).unwrap_or(b"f"),
-            ]
-            .concat(),
-        ));
-        std::fs::copy(from, &tmp).map_err(|e| err(&tmp, e))?;
-        same_owner(&tmp, &m)?;
-        std::fs::rename(&tmp, to).map_err(|e| err(to, e))?;
+        let tmp = OsString::from_vec([b".tether-exec-tmp-".as_slice(), name.as_bytes()].concat());
+        let _ = to.unlink(&tmp);
+        let mut out = to.open_nofollow(&tmp, libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL, 0o600)?;
+        std::io::copy(&mut std::fs::File::open(from)?, &mut out)?;
+        out.set_permissions(std::fs::Permissions::from_mode(m.permissions().mode() & 0o7777))?;
+        if let Some((u, g)) = owner_to_give(&m) {
+            std::os::unix::fs::fchown(&out, Some(u), Some(g))?;
+        }
+        drop(out);
+        to.rename_from(to, &tmp, name)?;
     }
-    std::fs::remove_file(from).map_err(|e| err(from, e))
+    std::fs::remove_file(from)
 }
 
-/// Run by root, give what the launcher made on landing the owner of what the
-/// sandbox made (the workspace's owner, see `plan`), not root.
-fn same_owner(p: &Path, made: &std::fs::Metadata) -> Result<(), WorkspaceError> {
-    if !nix::unistd::geteuid().is_root() || made.uid() == 0 {
-        return Ok(());
-    }
-    std::os::unix::fs::lchown(p, Some(made.uid()), Some(made.gid())).map_err(|e| err(p, e))
+/// Run by root, what the launcher makes on landing gets the owner of what
+/// the sandbox made (the workspace's owner, see `plan`), not root.
+fn owner_to_give(made: &std::fs::Metadata) -> Option<(u32, u32)> {
+    (nix::unistd::geteuid().is_root() && made.uid() != 0).then(|| (made.uid(), made.gid()))
 }
 
 fn cleanup(dir: &Path, ws: &Path) {
