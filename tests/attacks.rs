@@ -1529,3 +1529,53 @@ fn no_set_id_file_is_made() {
     let m = std::fs::metadata(w.ws.join("ctl")).unwrap();
     assert_eq!(m.permissions().mode() & 0o4000, 0o4000, "control: {}", text(&c));
 }
+
+#[test]
+fn init_keeps_no_descriptor_of_the_launchers() {
+    // init is a copy of the launcher, which holds the capture's lock (a
+    // directory in the state directory) among others: init closes all but
+    // its own. Seen from the host while the command runs.
+    let w = World::new();
+    host_git(&w, &["init", "-q"]);
+    let mut child = w.run_command("touch during.txt; sleep 1").spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !exists(&w.ws.join("during.txt")) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let children = std::fs::read_to_string(format!("/proc/{}/task/{}/children", child.id(), child.id())).unwrap();
+    let init: u32 = children.split_whitespace().next().expect("init runs").parse().unwrap();
+    match std::fs::read_dir(format!("/proc/{init}/fd")) {
+        Ok(rd) => {
+            let targets: Vec<String> = rd
+                .flatten()
+                .filter_map(|e| std::fs::read_link(e.path()).ok())
+                .map(|t| t.display().to_string())
+                .collect();
+            let state = w.state.display().to_string();
+            assert!(
+                !targets.iter().any(|t| t.starts_with(&state)),
+                "init holds the state directory open: {targets:?}"
+            );
+            assert!(targets.len() <= 8, "{targets:?}");
+        }
+        // Not root: init (not dumpable) hides its descriptors from the host user too.
+        Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied, "{e}"),
+    }
+    child.wait().unwrap();
+    // Control: the launcher itself does hold the capture's directory.
+    let mut child = w.run_command("touch during2.txt; sleep 1").spawn().unwrap();
+    while !exists(&w.ws.join("during2.txt")) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let held: Vec<String> = std::fs::read_dir(format!("/proc/{}/fd", child.id()))
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read_link(e.path()).ok())
+        .map(|t| t.display().to_string())
+        .collect();
+    child.wait().unwrap();
+    assert!(
+        held.iter().any(|t| t.starts_with(&w.state.display().to_string())),
+        "control: {held:?}"
+    );
+}

@@ -697,6 +697,22 @@ fn errno() -> std::io::Error {
     std::io::Error::last_os_error()
 }
 
+/// Close every descriptor of this process but those in `keep`.
+fn close_all_but(mut keep: Vec<RawFd>) {
+    keep.sort_unstable();
+    keep.dedup();
+    let mut low: u32 = 0;
+    for k in keep.into_iter().filter(|k| *k >= 0).map(|k| k as u32) {
+        if k > low {
+            // SAFETY: close_range over descriptors this process does not use.
+            unsafe { libc::syscall(libc::SYS_close_range, low, k - 1, 0) };
+        }
+        low = k + 1;
+    }
+    // SAFETY: as above, up to the highest possible descriptor.
+    unsafe { libc::syscall(libc::SYS_close_range, low, u32::MAX, 0) };
+}
+
 /// Set real, effective and saved gid, then uid, to the sandbox's inner ids.
 /// Raw system calls: init is a `clone3` copy with one thread, and glibc's
 /// wrappers would try to signal the launcher's other threads.
@@ -737,6 +753,24 @@ fn init(
     // Die with tether-exec; then the kernel kills the whole namespace.
     // SAFETY: prctl with integer arguments only.
     unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) };
+    // A copy of the launcher, init holds every descriptor the launcher had:
+    // the capture's lock (a directory in the state directory), the audit
+    // log's... It keeps only its own for the sandbox's whole life.
+    let mut keep: Vec<RawFd> = vec![
+        0,
+        1,
+        2,
+        sync.as_raw_fd(),
+        err.as_raw_fd(),
+        status.as_raw_fd(),
+        io.go.as_raw_fd(),
+    ];
+    keep.extend(io.stdin.as_ref().map(|f| f.as_raw_fd()));
+    if let Some((o, e)) = &io.output {
+        keep.extend([o.as_raw_fd(), e.as_raw_fd()]);
+    }
+    keep.extend(cgroup_v1.as_ref().map(|(b, _)| b.as_raw_fd()));
+    close_all_but(keep);
     // As pid 1 without handlers, init would drop the signals the launcher
     // forwards during set-up: hold them until `reap` can pass them on.
     set_forwarded_blocked(true);
@@ -1285,10 +1319,22 @@ impl OverlayDirs {
             // SAFETY: `fd` is a fresh descriptor nobody else owns.
             Ok(unsafe { OwnedFd::from_raw_fd(fd) })
         };
+        // The lower layer is reached from the workspace without following a
+        // symlink: another run there cannot have it show a directory elsewhere.
+        let lower = |dst: &Path| -> StepResult<OwnedFd> {
+            let step = || format!("open {} for the overlay", dst.display());
+            let rel = dst
+                .strip_prefix(&plan.workspace)
+                .map_err(|_| (step(), std::io::Error::other("not inside the workspace")))?;
+            crate::workspace::beneath::Dir::root(&plan.workspace)
+                .and_then(|ws| ws.dir(rel))
+                .map(|d| d.into_fd())
+                .map_err(|e| (step(), e))
+        };
         let mut dirs = Vec::new();
         for m in &plan.mounts {
             if let Mount::Overlay { dst, upper, work } = m {
-                dirs.push([open(dst)?, open(upper)?, open(work)?]);
+                dirs.push([lower(dst)?, open(upper)?, open(work)?]);
             }
         }
         Ok(OverlayDirs { dirs, fd_dir: None })

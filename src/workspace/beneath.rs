@@ -59,6 +59,10 @@ impl Dir {
         self.0.as_raw_fd()
     }
 
+    pub fn into_fd(self) -> OwnedFd {
+        self.0
+    }
+
     /// `rel` (relative, no `..`), beneath this directory, through real
     /// directories only. `""` is this directory again.
     pub fn dir(&self, rel: &Path) -> std::io::Result<Dir> {

@@ -674,6 +674,6 @@ fn rename_beneath(root: &Path, rel: &Path, new_name: &std::ffi::OsStr) -> std::i
     }
     Ok(())
 }
-mod beneath;
+pub mod beneath;
 pub mod gitindex;
 pub mod overlay;
