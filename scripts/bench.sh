@@ -5,12 +5,18 @@
 # alike); medians over every run, and the ratio of the medians.
 #   scripts/bench.sh            (needs: hyperfine, bubblewrap; builds the release binary)
 #   ROUNDS=10 RUNS=30 scripts/bench.sh
+#   REPO=1 scripts/bench.sh     (the workspace is a git repository of 200 files:
+#                                its .git becomes an overlay of its own)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin_release=${TETHER_EXEC_RELEASE_BIN:-$(scripts/build-release.sh)}
 bin="$bin_release"
 ws=$(mktemp -d /tmp/tether-bench.XXXXXX); trap 'rm -rf "$ws"' EXIT
 cd "$ws"
+if [ -n "${REPO:-}" ]; then
+  git init -q && for i in $(seq 200); do echo "$i" > "f$i"; done
+  git add . && git -c user.name=b -c user.email=b@b commit -qm bench
+fi
 for round in $(seq "${ROUNDS:-10}"); do
   hyperfine -N --warmup 5 --runs "${RUNS:-30}" --export-json "$ws/b$round.json" \
     "$bin run -- /bin/true" \

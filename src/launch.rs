@@ -116,7 +116,7 @@ fn make_preview(
     };
     // Read while init still holds the overlay (see `apply::Outcome::hold_init`).
     let kept = capture
-        .keep_as_preview(&req.state_dir, &policy.path_globs(), code)
+        .keep_as_preview(&req.state_dir, &|| policy.path_globs(), code)
         .map_err(|e| format!("tether-exec: {e}"))?;
     drop(hold_init);
     Ok(PreviewRecord {
@@ -547,7 +547,7 @@ fn execute(
         // In a git directory only the offending paths stay out (as in bind
         // mode): a commit made in the same run is not lost with them.
         let drop = git_only || policy.on_violation() == crate::policy::OnViolation::Drop;
-        match c.finish(&policy.path_globs(), drop) {
+        match c.finish(&|| policy.path_globs(), drop) {
             Ok(o) => {
                 let violated = !o.violations.is_empty();
                 let conflicted = !o.conflicts.is_empty();
@@ -1063,7 +1063,7 @@ fn land_preview(
     let err = std::fs::read(pr.dir.join("stderr")).unwrap_or_default();
     let mut stderr = Vec::new();
     let drop = policy.on_violation() == crate::policy::OnViolation::Drop;
-    let code = match crate::workspace::overlay::land_preview(&pr.dir, ws, &policy.path_globs(), drop) {
+    let code = match crate::workspace::overlay::land_preview(&pr.dir, ws, &|| policy.path_globs(), drop) {
         Ok(o) => record_outcome(o, &mut receipt, &mut stderr, pr.exit_code),
         Err(e) => {
             stderr.push(format!(

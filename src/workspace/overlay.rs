@@ -289,7 +289,7 @@ impl Capture {
     }
 
     /// Classify the capture and land it, or not, as the policy says.
-    pub fn finish(self, globs: &PathGlobs, drop_violations: bool) -> Result<Outcome, WorkspaceError> {
+    pub fn finish(self, globs: &dyn Fn() -> PathGlobs, drop_violations: bool) -> Result<Outcome, WorkspaceError> {
         let rels: Vec<&Path> = self.subtrees.iter().map(|t| t.rel.as_path()).collect();
         let out = land(&self.dir, &self.workspace, globs, drop_violations, self.started, &rels);
         // Landed or rolled back, the capture is gone; an error keeps it (and
@@ -323,7 +323,12 @@ impl Capture {
 
     /// Keep this capture as the preview of a held action: classify it (nothing
     /// lands), digest everything it holds, and move it to `previews/<digest>`.
-    pub fn keep_as_preview(self, state: &Path, globs: &PathGlobs, exit_code: i32) -> Result<Preview, WorkspaceError> {
+    pub fn keep_as_preview(
+        self,
+        state: &Path,
+        globs: &dyn Fn() -> PathGlobs,
+        exit_code: i32,
+    ) -> Result<Preview, WorkspaceError> {
         let code_path = self.dir.join("exit");
         std::fs::write(&code_path, exit_code.to_string()).map_err(|e| err(&code_path, e))?;
         let mut outcome = Outcome::default();
@@ -332,7 +337,7 @@ impl Capture {
             ws: &self.workspace,
             git_dirs: &[],
             upper: self.upper(),
-            globs,
+            globs: LazyGlobs::new(globs),
             out: &mut outcome,
             ops: &mut ops,
             started: SystemTime::now(),
@@ -426,7 +431,7 @@ pub fn preview_digest(dir: &Path) -> Result<String, WorkspaceError> {
 pub fn land_preview(
     dir: &Path,
     workspace: &Path,
-    globs: &PathGlobs,
+    globs: &dyn Fn() -> PathGlobs,
     drop_violations: bool,
 ) -> Result<Outcome, WorkspaceError> {
     land(dir, workspace, globs, drop_violations, SystemTime::now(), &[])
@@ -443,7 +448,7 @@ pub fn discard_preview(dir: &Path) {
 fn land(
     dir: &Path,
     workspace: &Path,
-    globs: &PathGlobs,
+    globs: &dyn Fn() -> PathGlobs,
     drop_violations: bool,
     started: SystemTime,
     subtrees: &[&Path],
@@ -455,7 +460,7 @@ fn land(
             ws: workspace,
             git_dirs: subtrees,
             upper: dir.join("upper"),
-            globs,
+            globs: LazyGlobs::new(globs),
             out: &mut out,
             ops: &mut ops,
             started,
@@ -524,13 +529,34 @@ fn crash_point(name: &str) {
     }
 }
 
+/// The policy's globs, compiled on first use: compiling them costs a few
+/// hundred microseconds, and most captures (a git directory nothing was
+/// written to) never judge a path.
+struct LazyGlobs<'a> {
+    make: &'a dyn Fn() -> PathGlobs,
+    compiled: std::cell::OnceCell<PathGlobs>,
+}
+
+impl<'a> LazyGlobs<'a> {
+    fn new(make: &'a dyn Fn() -> PathGlobs) -> Self {
+        LazyGlobs {
+            make,
+            compiled: std::cell::OnceCell::new(),
+        }
+    }
+
+    fn get(&self) -> &PathGlobs {
+        self.compiled.get_or_init(|| (self.make)())
+    }
+}
+
 struct Planner<'a> {
     ws: &'a Path,
     /// Git directories captured as overlays of their own: their control
     /// files, and their submodules', are protected wherever they are.
     git_dirs: &'a [&'a Path],
     upper: PathBuf,
-    globs: &'a PathGlobs,
+    globs: LazyGlobs<'a>,
     out: &'a mut Outcome,
     /// Operations with whether each is allowed.
     ops: &'a mut Vec<(Op, bool)>,
@@ -568,7 +594,7 @@ fn is_opaque(p: &Path) -> bool {
 impl Planner<'_> {
     fn judge(&mut self, rel: &Path, what: &str) -> bool {
         let r = rel.to_string_lossy();
-        if let Some(p) = self.globs.protected_by(&r) {
+        if let Some(p) = self.globs.get().protected_by(&r) {
             self.out.violations.push(format!("{what} `{r}`: protected path ({p})"));
             return false;
         }
@@ -585,7 +611,7 @@ impl Planner<'_> {
             ));
             return false;
         }
-        if !self.globs.writable(&r) {
+        if !self.globs.get().writable(&r) {
             self.out
                 .violations
                 .push(format!("{what} `{r}`: outside writable_globs"));
@@ -665,7 +691,8 @@ impl Planner<'_> {
                 // A new directory is allowed if a glob names it, or if it holds
                 // something allowed (it must exist for that to land).
                 let r_str = r.to_string_lossy();
-                let ok = inner || (self.globs.protected_by(&r_str).is_none() && self.globs.writable(&r_str));
+                let ok =
+                    inner || (self.globs.get().protected_by(&r_str).is_none() && self.globs.get().writable(&r_str));
                 if !ok {
                     self.judge(&r, "creates directory");
                 }
