@@ -127,4 +127,22 @@ fn root_runs_a_workspace_it_does_not_own_as_its_owner() {
         assert_eq!((m.uid(), m.gid()), (nobody, nobody), "{rel}\n{}", text(&o));
     }
     assert!(!exists(&w.ws.join("sub")));
+
+    // Killing the launcher still ends the sandbox: its change of ids must not
+    // cost init its parent-death signal.
+    let mut child = w
+        .run_command("while true; do echo x >> tick.txt; sleep 0.05; done")
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !exists(&w.ws.join("tick.txt")) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let size = || std::fs::metadata(w.ws.join("tick.txt")).unwrap().len();
+    let before = size();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert_eq!(size(), before, "the sandbox outlived its launcher");
 }

@@ -797,6 +797,21 @@ fn init(
     if let Err(e) = become_inner_ids(plan) {
         fail(&err, "switch to the sandbox's uid and gid", e, 125);
     }
+    // A change of ids clears the parent-death signal: set it again. The
+    // launcher may have died before that; then its end of the status socket
+    // is closed. (pid 1 of a namespace cannot ask getppid.)
+    // SAFETY: prctl with integer arguments; poll of one pollfd we own.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+        let mut p = libc::pollfd {
+            fd: status.as_raw_fd(),
+            events: libc::POLLRDHUP,
+            revents: 0,
+        };
+        if libc::poll(&mut p, 1, 0) > 0 && p.revents & (libc::POLLHUP | libc::POLLRDHUP) != 0 {
+            libc::_exit(125);
+        }
+    }
     // A change of ids makes a process undumpable, and the helper's network
     // namespace can then not be joined through its pidfd. Nothing but the
     // sandbox's own user (who owns it already) gains access by this.
