@@ -383,7 +383,20 @@ fn capture_for(policy: &Policy, state: &Path, ws: &Path) -> Result<Option<Captur
         return Ok(None);
     }
     let trees = plan::writable_trees(policy).ok().flatten();
-    let dirs = crate::workspace::git_overlay_dirs(&crate::workspace::git_layout(ws), ws, trees.as_deref());
+    let layout = crate::workspace::git_layout(ws);
+    // Gitlink checkouts that do not exist are made (empty), to be read-only
+    // in the run: a `.git` the run put there would be obeyed at once.
+    crate::workspace::make_missing_checkouts(ws, &layout).map_err(|e| {
+        format!("tether-exec: cannot prepare the checkouts of the repositories the git index names: {e}")
+    })?;
+    let dirs = crate::workspace::git_overlay_dirs(&layout, ws, trees.as_deref());
+    if dirs.len() > crate::workspace::MAX_GIT_OVERLAYS {
+        return Err(format!(
+            "tether-exec: this workspace holds {} git directories (nested repositories the index names); more than {} cannot each be protected by an overlay of its own, so a writable run is refused. Set `overlay = true` in the policy: one overlay then captures and checks everything",
+            dirs.len(),
+            crate::workspace::MAX_GIT_OVERLAYS
+        ));
+    }
     if dirs.is_empty() {
         return Ok(None);
     }

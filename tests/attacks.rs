@@ -1436,6 +1436,32 @@ fn a_new_env_file_does_not_stay() {
     }
     assert!(text(&o).contains("`.env`"), "{}", text(&o));
     assert!(exists(&w.ws.join(".env.example")), "a template is not a secret");
+    // A directory holding the person's `.env` renamed away and made again
+    // with one of the run's; a `.env.local` that is a symlink.
+    w.write("backend/.env", "DB_PASSWORD=real\n");
+    w.write("notes.txt", "NODE_OPTIONS=--require /tmp/evil.js\n");
+    let o = w.run(
+        "mv backend backend.old && mkdir backend && printf 'DB_HOST=attacker.example\\n' | tee backend/.env; \
+         ln -s notes.txt .env.local; echo SWAPPED",
+    );
+    assert!(stdout(&o).contains("SWAPPED"), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    assert!(
+        !exists(&w.ws.join("backend/.env")),
+        "the planted .env stayed: {}",
+        text(&o)
+    );
+    assert!(
+        std::fs::symlink_metadata(w.ws.join(".env.local")).is_err(),
+        "the symlink stayed: {}",
+        text(&o)
+    );
+    assert_eq!(
+        std::fs::read_to_string(w.ws.join("backend.old/.env")).unwrap(),
+        "DB_PASSWORD=real\n",
+        "the person's own .env is left where the run moved it: {}",
+        text(&o)
+    );
     // Control: without the sandbox both stay.
     let c = w.control(script);
     for p in [".env", "app/.env.local"] {
@@ -1454,7 +1480,9 @@ fn nested_repositories_cannot_be_swapped_or_extended_during_the_run() {
     host_git(&w, &["init", "-q"]);
     host_git(&w, &["init", "-q", "vendor/x"]);
     std::fs::create_dir_all(w.ws.join("sub")).unwrap();
-    for link in ["vendor/x", "sub"] {
+    // A checkout with files but no `.git`, and one that does not exist.
+    w.write("vendored/README", "copied in\n");
+    for link in ["vendor/x", "sub", "vendored", "deps/gone"] {
         host_git(
             &w,
             &[
@@ -1475,8 +1503,16 @@ fn nested_repositories_cannot_be_swapped_or_extended_during_the_run() {
                   printf '[core]\\n\\tfsmonitor = evil\\n' | tee vendor/x/.git/config; \
                   printf ../evil | tee vendor/x/.git/commondir; \
                   printf 'gitdir: ../evil\\n' | tee sub/.git; \
+                  printf 'gitdir: ../evil\\n' | tee vendored/.git; \
+                  mkdir -p deps/gone; printf 'gitdir: ../../evil\\n' | tee deps/gone/.git; \
                   printf '\\tfsmonitor = evil\\n' | tee -a .git/worktrees/wt/modules/m/config";
-    let planted = ["vendor/y", "vendor/x/.git/commondir", "sub/.git"];
+    let planted = [
+        "vendor/y",
+        "vendor/x/.git/commondir",
+        "sub/.git",
+        "vendored/.git",
+        "deps/gone/.git",
+    ];
     let (seen, o) = present_during_run(&w, script, &planted);
     assert!(seen.is_empty(), "on the host during the run: {seen:?}\n{}", text(&o));
     assert_eq!(o.status.code(), Some(77), "{}", text(&o));
@@ -1578,4 +1614,37 @@ fn init_keeps_no_descriptor_of_the_launchers() {
         held.iter().any(|t| t.starts_with(&w.state.display().to_string())),
         "control: {held:?}"
     );
+}
+
+#[test]
+fn more_nested_repositories_than_overlays_refuse_a_writable_run() {
+    // Past 64 git directories, each cannot be an overlay of its own: a
+    // writable run is refused (nothing runs) rather than leaving the rest
+    // open, and `overlay = true` covers them all.
+    let w = World::new();
+    host_git(&w, &["init", "-q"]);
+    for i in 0..65 {
+        let dir = format!("n{i:02}");
+        std::fs::create_dir_all(w.ws.join(&dir).join(".git/objects")).unwrap();
+        std::fs::create_dir_all(w.ws.join(&dir).join(".git/refs")).unwrap();
+        std::fs::write(w.ws.join(&dir).join(".git/HEAD"), "ref: refs/heads/main\n").unwrap();
+        host_git(
+            &w,
+            &[
+                "update-index",
+                "--add",
+                "--cacheinfo",
+                &format!("160000,{SOME_COMMIT},{dir}"),
+            ],
+        );
+    }
+    let o = w.run("touch ran.txt");
+    assert_eq!(o.status.code(), Some(125), "{}", text(&o));
+    assert!(text(&o).contains("overlay = true"), "{}", text(&o));
+    assert!(!exists(&w.ws.join("ran.txt")), "a writable run started");
+    // The way out: one overlay for everything.
+    let p = w.policy("profile = \"workspace-write\"\noverlay = true\n");
+    let o = w.run_with(&["--policy", p.to_str().unwrap()], "touch ran.txt");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(exists(&w.ws.join("ran.txt")));
 }

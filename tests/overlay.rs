@@ -520,3 +520,48 @@ fn landing_never_follows_a_directory_swapped_for_a_symlink() {
     std::fs::rename(&f, w.ws.join("sub/loose")).unwrap();
     assert!(exists(&target.join("loose")), "control");
 }
+
+#[test]
+fn a_git_commit_killed_midway_leaves_a_repository_git_can_read() {
+    // The capture of a git directory lands its objects before the index and
+    // refs that name them: killed after any step, the repository on the host
+    // is whole (git fsck), before the next start finishes the commit.
+    let w = World::new();
+    let git = |args: &[&str]| {
+        let o = Command::new("git")
+            .args(["-c", "user.email=t@t", "-c", "user.name=t"])
+            .args(args)
+            .current_dir(&w.ws)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "git {args:?}: {}", text(&o));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    git(&["init", "-q"]);
+    w.write("a.txt", "a\n");
+    git(&["add", "a.txt"]);
+    git(&["commit", "-qm", "one"]);
+    let steps: Vec<String> = (1..12).map(|i| format!("before-step-{i}")).collect();
+    for at in steps.iter().map(String::as_str).chain(["after-journal"]) {
+        let o = Command::new(bin())
+            .arg("--state-dir")
+            .arg(&w.state)
+            .args([
+                "run",
+                "-c",
+                "echo more >> a.txt && git add a.txt && git -c user.email=t@t -c user.name=t commit -qm more",
+            ])
+            .current_dir(&w.ws)
+            .env("TETHER_EXEC_TEST_CRASH_AT", at)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        // (A commit of fewer steps is not killed: it simply lands.)
+        let _ = o;
+        git(&["fsck", "--no-dangling"]);
+        // The next start finishes the commit.
+        assert!(w.run("true").status.success());
+        git(&["fsck", "--no-dangling"]);
+    }
+    assert_eq!(git(&["log", "--format=%s"]).lines().count(), 13);
+}

@@ -248,7 +248,7 @@ fn protected_present(workspace: &Path, git: &crate::workspace::GitLayout) -> Vec
         candidates.extend(crate::workspace::GIT_CONTROL.iter().map(|c| g.join(c)));
     }
     candidates.extend(git.pointers.iter().cloned());
-    candidates.extend(git.empty_checkouts.iter().cloned());
+    candidates.extend(git.checkouts_without_git.iter().cloned());
     let mut out = Vec::new();
     for rel in candidates {
         let p = workspace.join(&rel);

@@ -97,8 +97,9 @@ impl Dir {
         Ok(Dir(unsafe { OwnedFd::from_raw_fd(fd as RawFd) }))
     }
 
-    /// `rel`'s directories made where missing (mode 0700), then opened.
-    pub fn make_dirs(&self, rel: &Path) -> std::io::Result<Dir> {
+    /// `rel`'s directories made where missing (`mode`, less the umask; and
+    /// `owner`'s when given), then opened.
+    pub fn make_dirs(&self, rel: &Path, mode: u32, owner: Option<(u32, u32)>) -> std::io::Result<Dir> {
         let mut cur = self.dir(Path::new(""))?;
         for c in rel.components() {
             let Component::Normal(name) = c else {
@@ -106,11 +107,15 @@ impl Dir {
             };
             let n = cstr(name)?;
             // SAFETY: mkdirat relative to a directory fd we own, NUL-terminated name.
-            if unsafe { libc::mkdirat(cur.fd(), n.as_ptr(), 0o700) } != 0 {
+            let made = unsafe { libc::mkdirat(cur.fd(), n.as_ptr(), mode) } == 0;
+            if !made {
                 let e = std::io::Error::last_os_error();
                 if e.raw_os_error() != Some(libc::EEXIST) {
                     return Err(e);
                 }
+            }
+            if let (true, Some((u, g))) = (made, owner) {
+                cur.lchown(name, u, g)?;
             }
             cur = cur.dir(Path::new(name))?;
         }

@@ -204,9 +204,22 @@ mod tests {
             ("logs/refs/heads/hooks", false),
             ("modules/lib/index", false),
             ("worktrees/wt/HEAD", false),
+            // A submodule named `config`, a worktree named `hooks`.
+            ("modules/config/HEAD", false),
+            ("modules/config/refs/heads/main", false),
+            ("worktrees/hooks/index", false),
         ];
+        // Git directories in this table: those with a HEAD of their own.
+        let git_dirs = [
+            "modules/lib",
+            "modules/a/b",
+            "modules/lib/modules/inner",
+            "worktrees/wt",
+            "worktrees/wt/modules/sub",
+        ];
+        let is_git_dir = |p: &Path| git_dirs.iter().any(|g| Path::new(g) == p);
         for (p, protected) in table {
-            assert_eq!(is_git_control_path(Path::new(p)), protected, "{p}");
+            assert_eq!(is_git_control_path(Path::new(p), &is_git_dir), protected, "{p}");
         }
     }
 }
@@ -240,7 +253,34 @@ pub struct GitLayout {
     /// Checkouts of gitlinks that exist but hold no `.git` (a submodule not
     /// initialised): a `.git` made there would be obeyed by `git status` at
     /// once, so they are read-only in a writable run.
-    pub empty_checkouts: Vec<PathBuf>,
+    pub checkouts_without_git: Vec<PathBuf>,
+    /// Checkouts of gitlinks that do not exist: a writable run makes them
+    /// (empty, as git leaves a submodule it has not initialised) so that
+    /// they too can be read-only. See [`make_missing_checkouts`].
+    pub missing_checkouts: Vec<PathBuf>,
+}
+
+/// Makes the missing gitlink checkouts of `layout` (empty directories, the
+/// workspace owner's), through directories of the workspace only.
+pub fn make_missing_checkouts(root: &Path, layout: &GitLayout) -> Result<(), WorkspaceError> {
+    if layout.missing_checkouts.is_empty() {
+        return Ok(());
+    }
+    let ws = beneath::Dir::root(root).map_err(|e| WorkspaceError::Read {
+        path: root.to_path_buf(),
+        source: e,
+    })?;
+    let owner = std::fs::metadata(root)
+        .ok()
+        .map(|m| (m.uid(), m.gid()))
+        .filter(|_| nix::unistd::geteuid().is_root());
+    for l in &layout.missing_checkouts {
+        ws.make_dirs(l, 0o777, owner).map_err(|e| WorkspaceError::Read {
+            path: root.join(l),
+            source: e,
+        })?;
+    }
+    Ok(())
 }
 
 /// Finds the workspace's git directories (names are bytes: nothing is lost
@@ -284,12 +324,27 @@ pub fn git_layout(root: &Path) -> GitLayout {
             for l in links {
                 // Like git, never through a symlink on the way (git does not
                 // recurse into a gitlink behind one either).
+                // A symlink or a file on the way: git does not go there. A
+                // directory missing on the way: the checkout is missing.
                 let mut prefix = PathBuf::new();
-                let real_dirs = l.components().all(|c| {
+                let mut missing = false;
+                let mut blocked = false;
+                for c in l.components() {
                     prefix.push(c);
-                    std::fs::symlink_metadata(root.join(&prefix)).is_ok_and(|m| m.is_dir())
-                });
-                if !real_dirs {
+                    match std::fs::symlink_metadata(root.join(&prefix)) {
+                        Ok(m) if m.is_dir() => {}
+                        Ok(_) => blocked = true,
+                        Err(_) => missing = true,
+                    }
+                    if blocked || missing {
+                        break;
+                    }
+                }
+                if blocked {
+                    continue;
+                }
+                if missing {
+                    layout.missing_checkouts.push(l);
                     continue;
                 }
                 let dotgit = l.join(".git");
@@ -311,12 +366,7 @@ pub fn git_layout(root: &Path) -> GitLayout {
                     // A file names the git directory; so does a symlink, which
                     // git follows: both are checked around a run.
                     Ok(_) => layout.pointers.push(dotgit),
-                    Err(_) => {
-                        let empty = std::fs::read_dir(root.join(&l)).is_ok_and(|mut rd| rd.next().is_none());
-                        if empty {
-                            layout.empty_checkouts.push(l);
-                        }
-                    }
+                    Err(_) => layout.checkouts_without_git.push(l),
                 }
             }
         }
@@ -358,9 +408,9 @@ pub fn git_layout(root: &Path) -> GitLayout {
 }
 
 /// At most this many git directories become overlays of their own; past it
-/// (a workspace of many nested repositories), the rest keep their pins and
-/// the check after the run.
-pub const MAX_GIT_OVERLAYS: usize = 16;
+/// (a workspace of many nested repositories) a writable run is refused, and
+/// `overlay = true` (one overlay for everything) is the way.
+pub const MAX_GIT_OVERLAYS: usize = 64;
 
 /// The git directories to mount as overlays of their own in a writable,
 /// bind-mounted workspace: real directories (never through a symlink: what
@@ -382,7 +432,7 @@ pub fn git_overlay_dirs(layout: &GitLayout, root: &Path, trees: Option<&[String]
                 std::fs::symlink_metadata(root.join(&prefix)).is_ok_and(|m| m.is_dir())
             })
         };
-        if real && writable(d) && !out.iter().any(|o| d.starts_with(o)) && out.len() < MAX_GIT_OVERLAYS {
+        if real && writable(d) && !out.iter().any(|o| d.starts_with(o)) {
             out.push(d.clone());
         }
     }
@@ -392,14 +442,19 @@ pub fn git_overlay_dirs(layout: &GitLayout, root: &Path, trees: Option<&[String]
 /// Whether `inner`, a path inside a git directory, is one of its control
 /// files ([`GIT_CONTROL`], hooks and all beneath) or one of its submodules'
 /// or linked worktrees' (`modules/**/config`, `worktrees/*/commondir`...).
-/// The built-in protected globs say the same for the workspace's own `.git`;
-/// this covers every git directory, wherever it is.
-pub fn is_git_control_path(inner: &Path) -> bool {
+/// Beneath `modules/` and `worktrees/` a control name counts only where the
+/// path before it is itself a git directory (`is_git_dir`, relative to the
+/// same git directory), so a submodule or worktree *named* `config` or
+/// `hooks` is not mistaken for one. The built-in protected globs say the
+/// same for the workspace's own `.git`; this covers every git directory.
+pub fn is_git_control_path(inner: &Path, is_git_dir: &dyn Fn(&Path) -> bool) -> bool {
     let names: Vec<&std::ffi::OsStr> = inner.iter().collect();
     let control = |n: &std::ffi::OsStr| GIT_CONTROL.iter().any(|c| n == std::ffi::OsStr::new(c));
     match names.first() {
         Some(first) if control(first) => true,
-        Some(first) if *first == "modules" || *first == "worktrees" => names[1..].iter().any(|n| control(n)),
+        Some(first) if *first == "modules" || *first == "worktrees" => {
+            (1..names.len()).any(|i| control(names[i]) && i >= 2 && is_git_dir(&names[..i].iter().collect::<PathBuf>()))
+        }
         _ => false,
     }
 }
@@ -438,6 +493,14 @@ pub const SCAN_MAX_DEPTH: usize = 8;
 /// Secret-looking files anywhere in the workspace (bounded depth, skipping
 /// dependency and VCS directories), hidden inside the sandbox.
 pub fn scan_secrets(workspace: &Path) -> Vec<PathBuf> {
+    scan(workspace, |name, ft| {
+        ft.is_file() && crate::policy::is_secret_name(name)
+    })
+}
+
+/// Entries (never directories) whose name and type `want` accepts, found
+/// as the secret scan looks: bounded depth, skipping [`SCAN_SKIP_DIRS`].
+fn scan(workspace: &Path, want: impl Fn(&str, &std::fs::FileType) -> bool) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![(workspace.to_path_buf(), 0usize)];
     while let Some((dir, depth)) = stack.pop() {
@@ -450,7 +513,7 @@ pub fn scan_secrets(workspace: &Path) -> Vec<PathBuf> {
                 if depth < SCAN_MAX_DEPTH && !SCAN_SKIP_DIRS.contains(&name.as_ref()) {
                     stack.push((e.path(), depth + 1));
                 }
-            } else if ft.is_file() && crate::policy::is_secret_name(&name) {
+            } else if want(&name, &ft) {
                 out.push(e.path());
             }
         }
@@ -466,7 +529,7 @@ pub struct ProtectedSnapshot {
     git_dirs: Vec<PathBuf>,
     pointers: Vec<(PathBuf, Option<(u64, u64)>)>,
     /// `.env*` secrets (templates excepted) as the secret scan finds them.
-    env_files: Vec<PathBuf>,
+    env_files: Vec<(PathBuf, Option<(u64, u64)>)>,
 }
 
 fn identity(p: &Path) -> Option<(u64, u64)> {
@@ -493,14 +556,15 @@ pub fn snapshot_protected(root: &Path) -> ProtectedSnapshot {
 }
 
 /// The `.env*` secrets the secret scan finds, relative to `root`.
-fn env_secrets(root: &Path) -> Vec<PathBuf> {
-    scan_secrets(root)
+/// The `.env*` secrets (files, symlinks: anything a loader would read but a
+/// directory) with their identities, relative to `root`.
+fn env_secrets(root: &Path) -> Vec<(PathBuf, Option<(u64, u64)>)> {
+    scan(root, |name, _| crate::policy::is_env_secret(name))
         .into_iter()
-        .filter(|p| {
-            p.file_name()
-                .is_some_and(|n| crate::policy::is_env_secret(&n.to_string_lossy()))
+        .filter_map(|p| {
+            let id = identity(&p);
+            p.strip_prefix(root).ok().map(|r| (r.to_path_buf(), id))
         })
-        .filter_map(|p| p.strip_prefix(root).ok().map(Path::to_path_buf))
         .collect()
 }
 
@@ -608,8 +672,11 @@ pub fn enforce_protected(root: &Path, before: &ProtectedSnapshot) -> Result<Vec<
     // A new `.env*` (existing ones are masked, read-only mount points): in a
     // bind-mounted workspace it cannot be refused while the run lasts, but
     // it does not stay. Where the secret scan looks (see `SCAN_MAX_DEPTH`).
-    for rel in env_secrets(root) {
-        if !before.env_files.contains(&rel) {
+    // New by identity, not by path: a directory renamed away carries its
+    // `.env` along (that one is the person's), and a `.env` made where the
+    // renamed one was is new.
+    for (rel, id) in env_secrets(root) {
+        if id.is_none() || !before.env_files.iter().any(|(_, b)| *b == id) {
             let p = root.join(&rel);
             move_aside(&rel, &p, "created protected path", &mut violations);
         }

@@ -478,7 +478,8 @@ fn land(
         } else {
             Vec::new()
         };
-        let ops: Vec<Op> = ops.into_iter().map(|(op, _)| op).collect();
+        let mut ops: Vec<Op> = ops.into_iter().map(|(op, _)| op).collect();
+        objects_first(&mut ops, subtrees);
         if let [Op::Move(r)] = ops.as_slice() {
             // One file or symlink to put in place: a single rename is atomic
             // by itself (a launcher killed around it leaves the workspace as
@@ -508,6 +509,40 @@ fn land(
         }
         Ok(out)
     }
+}
+
+/// In a git directory, what lands under `objects/` lands first and what is
+/// removed there last: an index or a ref never names an object that is not
+/// there yet, nor outlives one, at any point of the commit (a launcher killed
+/// midway leaves a repository git can read until the next start finishes).
+/// Left as it is when a path there is both removed and made (no such case
+/// in git's own layout), since order then matters within it.
+fn objects_first(ops: &mut [Op], subtrees: &[&Path]) {
+    let path = |op: &Op| match op {
+        Op::Remove(r) | Op::MakeDir(r, _) | Op::Move(r) => Path::new(std::ffi::OsStr::from_bytes(r)).to_path_buf(),
+    };
+    let in_objects = |p: &Path| {
+        subtrees
+            .iter()
+            .any(|d| p.strip_prefix(d).is_ok_and(|inner| inner.starts_with("objects")))
+    };
+    let removed: std::collections::HashSet<PathBuf> = ops
+        .iter()
+        .filter(|op| matches!(op, Op::Remove(_)))
+        .map(path)
+        .filter(|p| in_objects(p))
+        .collect();
+    if ops
+        .iter()
+        .any(|op| !matches!(op, Op::Remove(_)) && removed.contains(&path(op)))
+    {
+        return;
+    }
+    ops.sort_by_key(|op| match (in_objects(&path(op)), op) {
+        (true, Op::Remove(_)) => 2,
+        (true, _) => 0,
+        (false, _) => 1,
+    });
 }
 
 /// Test hook (debug builds only): abort at a named point of the commit, as if
@@ -598,10 +633,16 @@ impl Planner<'_> {
             self.out.violations.push(format!("{what} `{r}`: protected path ({p})"));
             return false;
         }
+        // A git directory is one with a HEAD, before the run or made by it.
+        let has_head = |d: &Path| {
+            let head = d.join("HEAD");
+            std::fs::symlink_metadata(self.upper.join(&head)).is_ok()
+                || std::fs::symlink_metadata(self.ws.join(&head)).is_ok()
+        };
         let git_dir = self.git_dirs.iter().find_map(|d| {
             rel.strip_prefix(d)
                 .ok()
-                .filter(|inner| super::is_git_control_path(inner))
+                .filter(|inner| super::is_git_control_path(inner, &|p| has_head(&d.join(p))))
                 .map(|_| d)
         });
         if let Some(d) = git_dir {
@@ -794,6 +835,9 @@ fn apply(dir: &Path, j: &Journal) -> Result<(), WorkspaceError> {
         if i == 1 {
             crash_point("mid-commit");
         }
+        if cfg!(debug_assertions) {
+            crash_point(&format!("before-step-{i}"));
+        }
         let (Op::Remove(r) | Op::MakeDir(r, _) | Op::Move(r)) = op;
         let rel = Path::new(std::ffi::OsStr::from_bytes(r));
         let at = |e: std::io::Error| err(&j.workspace.join(rel), e);
@@ -804,7 +848,9 @@ fn apply(dir: &Path, j: &Journal) -> Result<(), WorkspaceError> {
                 let in_trash = ws.dir(Path::new(&trash_name)).and_then(|t| t.dir(parent));
                 let done = in_trash.as_ref().is_ok_and(|t| t.has(name));
                 if !done && from.has(name) {
-                    let to = ws.make_dirs(&Path::new(&trash_name).join(parent)).map_err(at)?;
+                    let to = ws
+                        .make_dirs(&Path::new(&trash_name).join(parent), 0o700, None)
+                        .map_err(at)?;
                     to.rename_from(&from, name, name).map_err(at)?;
                 }
             }
