@@ -829,8 +829,21 @@ fn apply(dir: &Path, j: &Journal) -> Result<(), WorkspaceError> {
     let upper_path = dir.join("upper");
     let ws = beneath::Dir::root(&j.workspace).map_err(|e| err(&j.workspace, e))?;
     let upper = beneath::Dir::root(&upper_path).map_err(|e| err(&upper_path, e))?;
-    let trash = trash_dir(dir, &j.workspace);
-    let trash_name = trash.file_name().unwrap_or_default().to_owned();
+    // Removed entries go to a trash on the workspace's filesystem (a rename):
+    // the capture's own `trash` when the capture shares it (invisible to any
+    // sandbox, so nothing can plant an entry there that reads as a removal
+    // already done), else a folder in the workspace.
+    let dev = |p: &Path| std::fs::metadata(p).map(|m| m.dev()).ok();
+    let trash_root = if dev(dir).is_some() && dev(dir) == dev(&j.workspace) {
+        let t = dir.join("trash");
+        let _ = std::fs::create_dir(&t);
+        beneath::Dir::root(&t).map_err(|e| err(&t, e))?
+    } else {
+        let name = trash_dir(dir, &j.workspace);
+        let name = name.file_name().unwrap_or_default();
+        ws.make_dirs(Path::new(name), 0o700, None)
+            .map_err(|e| err(&j.workspace.join(name), e))?
+    };
     for (i, op) in j.ops.iter().enumerate() {
         if i == 1 {
             crash_point("mid-commit");
@@ -845,12 +858,10 @@ fn apply(dir: &Path, j: &Journal) -> Result<(), WorkspaceError> {
         match op {
             Op::Remove(_) => {
                 let from = ws.dir(parent).map_err(at)?;
-                let in_trash = ws.dir(Path::new(&trash_name)).and_then(|t| t.dir(parent));
+                let in_trash = trash_root.dir(parent);
                 let done = in_trash.as_ref().is_ok_and(|t| t.has(name));
                 if !done && from.has(name) {
-                    let to = ws
-                        .make_dirs(&Path::new(&trash_name).join(parent), 0o700, None)
-                        .map_err(at)?;
+                    let to = trash_root.make_dirs(parent, 0o700, None).map_err(at)?;
                     to.rename_from(&from, name, name).map_err(at)?;
                 }
             }
