@@ -33,7 +33,15 @@ pub struct Finished {
     pub stderr: Vec<String>,
     /// A previewed command's recorded output, replayed when its effects land.
     pub replay: Option<(Vec<u8>, Vec<u8>)>,
+    /// The sandbox's init, idle, waits for this to be dropped before it exits
+    /// (see `apply::Outcome::hold_init`): dropped last, once the result is
+    /// out, the kernel's dismantling of the sandbox never delays it.
+    pub hold_init: Option<HoldInit>,
 }
+
+/// See [`Finished::hold_init`].
+#[derive(Debug)]
+pub struct HoldInit(#[allow(dead_code)] std::os::fd::OwnedFd);
 
 impl Finished {
     fn new(code: i32, receipt: Receipt, line: impl Into<String>) -> Finished {
@@ -42,6 +50,7 @@ impl Finished {
             receipt,
             stderr: vec![line.into()],
             replay: None,
+            hold_init: None,
         }
     }
 }
@@ -330,6 +339,7 @@ fn not_started(
         receipt,
         stderr,
         replay: None,
+        hold_init: None,
     }
 }
 
@@ -468,9 +478,8 @@ fn execute(
     };
     let mut outcome = apply::run(plan, stdin, None, &mut before_exec);
     // init waits with the mounts in place while a capture is checked and
-    // landed (see `apply::Outcome::hold_init`); without one it may go now.
+    // landed (see `apply::Outcome::hold_init`), and until the result is out.
     let hold_init = outcome.as_mut().ok().and_then(|o| o.hold_init.take());
-    let hold_init = hold_init.filter(|_| capture.is_some());
     // A setup that failed before the launcher's turn: the decision still goes
     // on record, then the failure.
     if let Err(e) = before_exec() {
@@ -592,7 +601,6 @@ fn execute(
             }
         }
     }
-    drop(hold_init);
     // Protected paths that did not exist yet cannot be mounted read-only; a
     // run that created one (or swapped `.git` by renaming it) does not keep it.
     // After the capture landed: the index it lands may name new repositories.
@@ -631,6 +639,7 @@ fn execute(
         receipt,
         stderr,
         replay: None,
+        hold_init: hold_init.map(HoldInit),
     }
 }
 
@@ -851,6 +860,7 @@ pub fn resume(id: &str, state: &Path) -> Finished {
                 receipt,
                 stderr: vec![why, format!("tether-exec: and the refusal could not be audited: {e}")],
                 replay: None,
+                hold_init: None,
             };
         }
         Finished::new(code, receipt, why)
@@ -1103,6 +1113,7 @@ fn land_preview(
         receipt,
         stderr,
         replay: Some((out, err)),
+        hold_init: None,
     }
 }
 
