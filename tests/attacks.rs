@@ -421,16 +421,6 @@ fn the_check_after_the_run_never_moves_files_outside_the_workspace() {
     assert!(exists(&w.outside.join("victim/config.moved")), "control: {}", text(&c));
 }
 
-fn host_git(w: &World, args: &[&str]) {
-    let o = Command::new("git")
-        .args(["-c", "user.email=t@t", "-c", "user.name=t"])
-        .args(args)
-        .current_dir(&w.ws)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "git {args:?}: {}", text(&o));
-}
-
 const SOME_COMMIT: &str = "1111111111111111111111111111111111111111";
 
 #[test]
@@ -1395,15 +1385,7 @@ fn git_works_through_its_overlay_and_what_it_did_lands() {
     ));
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert_eq!(stdout(&o), "two one ", "{}", text(&o));
-    let host = |args: &[&str]| {
-        let out = std::process::Command::new("git")
-            .args(args)
-            .current_dir(&w.ws)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "git {args:?}: {}", text(&out));
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
+    let host = |args: &[&str]| host_git(&w, args);
     assert_eq!(host(&["log", "--format=%s"]), "two\none\n");
     assert_eq!(host(&["tag"]), "new\n");
     assert!(host(&["branch"]).contains("feature"));

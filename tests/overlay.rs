@@ -527,16 +527,7 @@ fn a_git_commit_killed_midway_leaves_a_repository_git_can_read() {
     // refs that name them: killed after any step, the repository on the host
     // is whole (git fsck), before the next start finishes the commit.
     let w = World::new();
-    let git = |args: &[&str]| {
-        let o = Command::new("git")
-            .args(["-c", "user.email=t@t", "-c", "user.name=t"])
-            .args(args)
-            .current_dir(&w.ws)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "git {args:?}: {}", text(&o));
-        String::from_utf8_lossy(&o.stdout).into_owned()
-    };
+    let git = |args: &[&str]| host_git(&w, args);
     git(&["init", "-q"]);
     w.write("a.txt", "a\n");
     git(&["add", "a.txt"]);

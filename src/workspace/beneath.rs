@@ -66,6 +66,17 @@ impl Dir {
     /// `rel` (relative, no `..`), beneath this directory, through real
     /// directories only. `""` is this directory again.
     pub fn dir(&self, rel: &Path) -> std::io::Result<Dir> {
+        self.open_dir(rel, libc::RESOLVE_NO_SYMLINKS)
+    }
+
+    /// `rel` beneath this directory, following symlinks only while they stay
+    /// beneath it (EXDEV otherwise): a `.git` that is a link to a directory
+    /// of the workspace is still reached.
+    pub fn dir_within(&self, rel: &Path) -> std::io::Result<Dir> {
+        self.open_dir(rel, 0)
+    }
+
+    fn open_dir(&self, rel: &Path, extra: u64) -> std::io::Result<Dir> {
         if rel.components().any(|c| !matches!(c, Component::Normal(_))) {
             return Err(invalid());
         }
@@ -77,7 +88,7 @@ impl Dir {
         let how = OpenHow {
             flags: (libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) as u64,
             mode: 0,
-            resolve: libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS,
+            resolve: libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS | extra,
         };
         // SAFETY: openat2 with a directory fd we own, a NUL-terminated path
         // and an open_how of the size passed; the descriptor is owned below.

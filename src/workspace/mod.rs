@@ -695,51 +695,9 @@ pub fn enforce_protected(root: &Path, before: &ProtectedSnapshot) -> Result<Vec<
 /// happens relative to that descriptor, so nothing swapped on the path
 /// meanwhile can redirect it.
 fn rename_beneath(root: &Path, rel: &Path, new_name: &std::ffi::OsStr) -> std::io::Result<()> {
-    use std::ffi::CString;
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-    let invalid = || std::io::Error::from_raw_os_error(libc::EINVAL);
-    let name = rel.file_name().ok_or_else(invalid)?;
-    let parent = rel
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let c = |p: &std::ffi::OsStr| CString::new(p.as_bytes()).map_err(|_| invalid());
-    let root_dir = std::fs::File::open(root)?;
-    /// The kernel's `struct open_how` (libc's is non-exhaustive).
-    #[repr(C)]
-    struct OpenHow {
-        flags: u64,
-        mode: u64,
-        resolve: u64,
-    }
-    let how = OpenHow {
-        flags: (libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) as u64,
-        mode: 0,
-        resolve: libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS,
-    };
-    let parent_c = c(parent.as_os_str())?;
-    // SAFETY: openat2 with a directory fd we own, a NUL-terminated path and
-    // an open_how of the size passed.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            root_dir.as_raw_fd(),
-            parent_c.as_ptr(),
-            &how as *const OpenHow,
-            std::mem::size_of::<OpenHow>(),
-        )
-    };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: the kernel just returned this descriptor to us.
-    let dir = unsafe { OwnedFd::from_raw_fd(fd as i32) };
-    let (from, to) = (c(name)?, c(new_name)?);
-    // SAFETY: renameat within one directory fd we own, with NUL-terminated names.
-    if unsafe { libc::renameat(dir.as_raw_fd(), from.as_ptr(), dir.as_raw_fd(), to.as_ptr()) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
+    let (parent, name) = beneath::split(rel)?;
+    let dir = beneath::Dir::root(root)?.dir_within(parent)?;
+    dir.rename_from(&dir, name, new_name)
 }
 pub mod beneath;
 pub mod gitindex;

@@ -182,3 +182,17 @@ pub fn held_id(stderr: &str) -> String {
         .unwrap_or_else(|| panic!("no action id in: {stderr}"))
         .to_string()
 }
+
+/// git on the host (not confined) in the workspace; panics unless it
+/// succeeds; its standard output.
+#[allow(dead_code)]
+pub fn host_git(w: &World, args: &[&str]) -> String {
+    let o = Command::new("git")
+        .args(["-c", "user.email=t@t", "-c", "user.name=t"])
+        .args(args)
+        .current_dir(&w.ws)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "git {args:?}: {}", text(&o));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
