@@ -1444,6 +1444,31 @@ fn a_new_env_file_does_not_stay() {
         "the person's own .env is left where the run moved it: {}",
         text(&o)
     );
+    // A `.env` that is a symlink: its target is the secret (hidden, read-only
+    // during the run), and a new `.env` made in its place is new even if
+    // the filesystem hands it the freed inode.
+    w.write("config/dev.env", "API_KEY=real\n");
+    std::fs::create_dir_all(w.ws.join("web")).unwrap();
+    std::os::unix::fs::symlink("../config/dev.env", w.ws.join("web/.env")).unwrap();
+    let o = w.run(
+        "cat config/dev.env; printf 'NODE_OPTIONS=--require /tmp/evil.js\\n' | tee config/dev.env; \
+         python3 -c \"import os; os.remove('web/.env'); open('web/.env', 'w').write('NODE_OPTIONS=x')\"; echo TRIED",
+    );
+    assert!(stdout(&o).contains("TRIED"), "{}", text(&o));
+    assert!(!stdout(&o).contains("API_KEY"), "the target was readable: {}", text(&o));
+    assert_eq!(
+        std::fs::read_to_string(w.ws.join("config/dev.env")).unwrap(),
+        "API_KEY=real\n"
+    );
+    assert!(
+        std::fs::symlink_metadata(w.ws.join("web/.env")).is_ok_and(|m| m.file_type().is_symlink())
+            || !exists(&w.ws.join("web/.env")),
+        "the run's web/.env stayed: {}",
+        text(&o)
+    );
+    assert!(!std::fs::read_to_string(w.ws.join("web/.env"))
+        .unwrap_or_default()
+        .contains("NODE_OPTIONS"));
     // Control: without the sandbox both stay.
     let c = w.control(script);
     for p in [".env", "app/.env.local"] {

@@ -556,3 +556,134 @@ fn a_git_commit_killed_midway_leaves_a_repository_git_can_read() {
     }
     assert_eq!(git(&["log", "--format=%s"]).lines().count(), 13);
 }
+
+#[test]
+fn a_submodule_commit_killed_midway_leaves_it_readable() {
+    // The same order for a submodule's git directory inside `.git/modules`.
+    let w = World::new();
+    let src = w.outside.join("subsrc");
+    std::fs::create_dir_all(&src).unwrap();
+    let git_in = |dir: &std::path::Path, args: &[&str]| {
+        let o = Command::new("git")
+            .args([
+                "-c",
+                "user.email=t@t",
+                "-c",
+                "user.name=t",
+                "-c",
+                "protocol.file.allow=always",
+            ])
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "git {args:?}: {}", text(&o));
+    };
+    git_in(&src, &["init", "-q"]);
+    std::fs::write(src.join("s.txt"), "s\n").unwrap();
+    git_in(&src, &["add", "s.txt"]);
+    git_in(&src, &["commit", "-qm", "s"]);
+    host_git(&w, &["init", "-q"]);
+    git_in(&w.ws, &["submodule", "add", "-q", src.to_str().unwrap(), "sub"]);
+    host_git(&w, &["commit", "-qm", "with sub"]);
+    for i in 1..12 {
+        let o = Command::new(bin())
+            .arg("--state-dir")
+            .arg(&w.state)
+            .args([
+                "run",
+                "-c",
+                "cd sub && echo more >> s.txt && git add s.txt && git -c user.email=t@t -c user.name=t commit -qm more",
+            ])
+            .current_dir(&w.ws)
+            .env("TETHER_EXEC_TEST_CRASH_AT", format!("before-step-{i}"))
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let _ = o;
+        git_in(&w.ws.join("sub"), &["fsck", "--no-dangling"]);
+        assert!(w.run("true").status.success());
+        git_in(&w.ws.join("sub"), &["fsck", "--no-dangling"]);
+    }
+}
+
+#[test]
+fn a_signal_after_the_run_does_not_stop_the_landing() {
+    // A SIGTERM to the launcher once the command has ended (a harness giving
+    // up) must not stop it halfway through landing, nor before the check of
+    // the protected paths that follows: the commit completes.
+    let w = World::new();
+    std::fs::create_dir_all(w.ws.join("sub")).unwrap();
+    let pause = w.root.path().join("paused");
+    let p = w.policy("profile = \"workspace-write\"\noverlay = true\n");
+    let child = Command::new(bin())
+        .arg("--state-dir")
+        .arg(&w.state)
+        .args([
+            "run",
+            "--policy",
+            p.to_str().unwrap(),
+            "-c",
+            "echo a > sub/a; echo b > sub/b; echo c > sub/c",
+        ])
+        .current_dir(&w.ws)
+        .env("TETHER_EXEC_TEST_PAUSE_AT", "after-journal")
+        .env("TETHER_EXEC_TEST_PAUSE_FILE", &pause)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !exists(&pause) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert!(exists(&pause), "the landing never paused");
+    // SAFETY: kill of our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    std::thread::sleep(Duration::from_millis(50));
+    std::fs::remove_file(&pause).unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "the launcher finished its work: {}", text(&o));
+    for f in ["a", "b", "c"] {
+        assert!(exists(&w.ws.join("sub").join(f)), "{f} landed: {}", text(&o));
+    }
+}
+
+#[test]
+fn removals_land_in_a_bind_mounted_workspace() {
+    // A workspace reached through a bind mount (a container's) is on the
+    // state directory's device but on another mount, which rename does not
+    // cross: removals then go to a trash in the workspace. Needs a mount
+    // namespace of its own, so root only.
+    if !is_root() {
+        eprintln!("not root: no mount namespace to bind the workspace in");
+        return;
+    }
+    let w = World::new();
+    let src = w.root.path().join("src");
+    let mnt = w.root.path().join("mnt");
+    std::fs::create_dir_all(src.join("ws/sub")).unwrap();
+    std::fs::create_dir_all(&mnt).unwrap();
+    std::fs::write(src.join("ws/sub/old.txt"), "old\n").unwrap();
+    let p = w.policy("profile = \"workspace-write\"\noverlay = true\n");
+    let inner = format!(
+        "mount --bind {src} {mnt} && cd {mnt}/ws && exec {bin} --state-dir {state} run --policy {p} -c 'rm sub/old.txt; echo new > sub/new.txt'",
+        src = src.display(),
+        mnt = mnt.display(),
+        bin = bin().display(),
+        state = w.state.display(),
+        p = p.display()
+    );
+    let o = Command::new("unshare")
+        .args(["-m", "sh", "-c", &inner])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        !exists(&src.join("ws/sub/old.txt")),
+        "the removal did not land: {}",
+        text(&o)
+    );
+    assert_eq!(std::fs::read_to_string(src.join("ws/sub/new.txt")).unwrap(), "new\n");
+}

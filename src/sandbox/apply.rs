@@ -671,12 +671,13 @@ fn supervise(
         }
         None => (wait_pid(pid), true),
     };
+    // The signals stay blocked: once the command has ended, the launcher
+    // must finish what follows (land a capture, check the protected paths,
+    // record the end) rather than die of a SIGTERM halfway; pending ones are
+    // dropped when it exits.
     if sfd >= 0 {
-        // SAFETY: closing the signalfd we created; restoring the mask we changed.
-        unsafe {
-            libc::close(sfd);
-            libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
-        }
+        // SAFETY: closing the signalfd we created.
+        unsafe { libc::close(sfd) };
     }
     let hold = reported.and(status).map(OwnedFd::from);
     (status_code, timed_out, reaped, hold)

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
 pub enum WorkspaceError {
-    #[error("cannot read {path} while fingerprinting the workspace: {source}")]
+    #[error("{path}: {source}")]
     Read {
         path: PathBuf,
         #[source]
@@ -493,9 +493,25 @@ pub const SCAN_MAX_DEPTH: usize = 8;
 /// Secret-looking files anywhere in the workspace (bounded depth, skipping
 /// dependency and VCS directories), hidden inside the sandbox.
 pub fn scan_secrets(workspace: &Path) -> Vec<PathBuf> {
-    scan(workspace, |name, ft| {
-        ft.is_file() && crate::policy::is_secret_name(name)
-    })
+    let found = scan(workspace, |name, ft| {
+        (ft.is_file() && crate::policy::is_secret_name(name)) || (ft.is_symlink() && crate::policy::is_env_secret(name))
+    });
+    // A `.env` that is a symlink is read through to its target, whatever
+    // that file's name: the target (inside the workspace) is the secret.
+    let root = std::fs::canonicalize(workspace).unwrap_or_else(|_| workspace.to_path_buf());
+    let mut out: Vec<PathBuf> = found
+        .into_iter()
+        .filter_map(|p| match std::fs::symlink_metadata(&p) {
+            Ok(m) if m.file_type().is_symlink() => std::fs::canonicalize(&p)
+                .ok()
+                .filter(|t| t.starts_with(&root) && t.is_file()),
+            Ok(_) => Some(p),
+            Err(_) => None,
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// Entries (never directories) whose name and type `want` accepts, found
@@ -529,7 +545,7 @@ pub struct ProtectedSnapshot {
     git_dirs: Vec<PathBuf>,
     pointers: Vec<(PathBuf, Option<(u64, u64)>)>,
     /// `.env*` secrets (templates excepted) as the secret scan finds them.
-    env_files: Vec<(PathBuf, Option<(u64, u64)>)>,
+    env_files: Vec<(PathBuf, Option<EnvIdentity>)>,
 }
 
 fn identity(p: &Path) -> Option<(u64, u64)> {
@@ -555,14 +571,23 @@ pub fn snapshot_protected(root: &Path) -> ProtectedSnapshot {
     }
 }
 
-/// The `.env*` secrets the secret scan finds, relative to `root`.
+/// (device, inode, and for a symlink its change time): a symlink is not
+/// masked, so the run may remove it and make another, which the filesystem
+/// may give the freed inode; a masked file cannot be removed.
+type EnvIdentity = (u64, u64, i64, i64);
+
 /// The `.env*` secrets (files, symlinks: anything a loader would read but a
 /// directory) with their identities, relative to `root`.
-fn env_secrets(root: &Path) -> Vec<(PathBuf, Option<(u64, u64)>)> {
+fn env_secrets(root: &Path) -> Vec<(PathBuf, Option<EnvIdentity>)> {
     scan(root, |name, _| crate::policy::is_env_secret(name))
         .into_iter()
         .filter_map(|p| {
-            let id = identity(&p);
+            let id = std::fs::symlink_metadata(&p)
+                .ok()
+                .map(|m| match m.file_type().is_symlink() {
+                    true => (m.dev(), m.ino(), m.ctime(), m.ctime_nsec()),
+                    false => (m.dev(), m.ino(), 0, 0),
+                });
             p.strip_prefix(root).ok().map(|r| (r.to_path_buf(), id))
         })
         .collect()

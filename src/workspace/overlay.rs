@@ -521,10 +521,16 @@ fn objects_first(ops: &mut [Op], subtrees: &[&Path]) {
     let path = |op: &Op| match op {
         Op::Remove(r) | Op::MakeDir(r, _) | Op::Move(r) => Path::new(std::ffi::OsStr::from_bytes(r)).to_path_buf(),
     };
+    // `objects/` of the git directory, or of a submodule's or worktree's
+    // beneath it (`modules/<name>/objects/...`).
     let in_objects = |p: &Path| {
-        subtrees
-            .iter()
-            .any(|d| p.strip_prefix(d).is_ok_and(|inner| inner.starts_with("objects")))
+        subtrees.iter().any(|d| {
+            p.strip_prefix(d).is_ok_and(|inner| {
+                inner.starts_with("objects")
+                    || ((inner.starts_with("modules") || inner.starts_with("worktrees"))
+                        && inner.iter().any(|c| c == "objects"))
+            })
+        })
     };
     let removed: std::collections::HashSet<PathBuf> = ops
         .iter()
@@ -833,8 +839,7 @@ fn apply(dir: &Path, j: &Journal) -> Result<(), WorkspaceError> {
     // the capture's own `trash` when the capture shares it (invisible to any
     // sandbox, so nothing can plant an entry there that reads as a removal
     // already done), else a folder in the workspace.
-    let dev = |p: &Path| std::fs::metadata(p).map(|m| m.dev()).ok();
-    let trash_root = if dev(dir).is_some() && dev(dir) == dev(&j.workspace) {
+    let trash_root = if same_mount(dir, &j.workspace) {
         let t = dir.join("trash");
         let _ = std::fs::create_dir(&t);
         beneath::Dir::root(&t).map_err(|e| err(&t, e))?
@@ -891,6 +896,20 @@ fn apply(dir: &Path, j: &Journal) -> Result<(), WorkspaceError> {
     Ok(())
 }
 
+/// Whether a rename can go from one path to the other: the same mount (not
+/// only the same device: a bind mount of it is another mount, and rename
+/// refuses to cross it).
+fn same_mount(a: &Path, b: &Path) -> bool {
+    let id = |p: &Path| -> Option<u64> {
+        let c = beneath::cstr(p.as_os_str()).ok()?;
+        // SAFETY: statx into a zeroed local buffer, NUL-terminated path.
+        let mut st: libc::statx = unsafe { std::mem::zeroed() };
+        let r = unsafe { libc::statx(libc::AT_FDCWD, c.as_ptr(), 0, libc::STATX_MNT_ID, &mut st) };
+        (r == 0 && st.stx_mask & libc::STATX_MNT_ID != 0).then_some(st.stx_mnt_id)
+    };
+    id(a).is_some() && id(a) == id(b)
+}
+
 /// Across filesystems (state directory elsewhere): copy into `to`/`name`
 /// (through a temporary name made exclusively, never followed), then drop the
 /// source. Re-running after a crash copies again, which is idempotent.
@@ -924,7 +943,14 @@ fn owner_to_give(made: &std::fs::Metadata) -> Option<(u32, u32)> {
     (nix::unistd::geteuid().is_root() && made.uid() != 0).then(|| (made.uid(), made.gid()))
 }
 
+/// After a journaled commit: the journal goes first, for good (unlinked,
+/// its directory synced), and only then the trash. Recovery decides whether
+/// a removal was done by looking in the trash; a journal left without its
+/// trash would make it move the run's own new entries away.
 fn cleanup(dir: &Path, ws: &Path) {
+    if std::fs::remove_file(dir.join(JOURNAL)).is_ok() {
+        let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());
+    }
     let _ = std::fs::remove_dir_all(trash_dir(dir, ws));
     remove_capture(dir);
 }
