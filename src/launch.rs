@@ -428,9 +428,12 @@ fn needs_overlay(policy: &Policy) -> bool {
 }
 
 /// Finish interrupted commits and discard dead captures; lines for stderr.
+/// Interrupted commits finished first, then the checks of the protected
+/// paths their runs still owed.
 fn recover(state: &Path) -> Vec<String> {
     crate::workspace::overlay::recover(state)
         .into_iter()
+        .chain(crate::workspace::recover_pending_checks(state))
         .map(|l| format!("tether-exec: {l}"))
         .collect()
 }
@@ -468,11 +471,23 @@ fn execute(
     };
     let mut opened: Option<AuditLog> = None;
     let mut decision_seq = None;
+    // The check of the protected paths is owed from before the command
+    // starts, and kept on disk until it is done, even if this launcher is
+    // killed in between (the next start does it then).
+    let mut pending: Option<crate::workspace::PendingCheck> = None;
     let mut before_exec = || -> Result<(), String> {
         if let Some(record) = deferred.take() {
             let (log, seq) = record()?;
             opened = Some(log);
             decision_seq = Some(seq);
+        }
+        if let (Some(before), None) = (&protected_before, &pending) {
+            let p = crate::workspace::PendingCheck::record(state, &plan.workspace, before).map_err(|e| {
+                format!(
+                    "tether-exec: cannot record the check of the protected paths this run owes, so nothing runs: {e}"
+                )
+            })?;
+            pending = Some(p);
         }
         Ok(())
     };
@@ -610,6 +625,9 @@ fn execute(
             Ok(v) => violations = v,
             Err(e) => violations.push(format!("could not check protected paths: {e}")),
         }
+    }
+    if let Some(p) = pending {
+        p.done();
     }
     let code = if violations.is_empty() {
         code

@@ -1655,3 +1655,24 @@ fn more_nested_repositories_than_overlays_refuse_a_writable_run() {
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert!(exists(&w.ws.join("ran.txt")));
 }
+
+#[test]
+fn a_launcher_killed_before_its_check_leaves_the_check_to_the_next_start() {
+    // Killed after its capture landed but before the check of the protected
+    // paths, a launcher leaves that check owed on disk: the next start does
+    // it, so a `.env` the run planted does not become the person's.
+    let w = World::new();
+    host_git(&w, &["init", "-q"]);
+    let script = "python3 -c \"open('.env', 'w').write('NODE_OPTIONS=--require /tmp/evil.js')\"; printf desc | tee .git/description";
+    let o = w
+        .command(&["run", "-c", script])
+        .env("TETHER_EXEC_TEST_CRASH_AT", "after-single-rename")
+        .output()
+        .unwrap();
+    assert_ne!(o.status.code(), Some(0), "the launcher was to be killed: {}", text(&o));
+    assert!(exists(&w.ws.join(".env")), "control: the check had not run yet");
+    let o = w.run("true");
+    assert!(!exists(&w.ws.join(".env")), "the planted .env stayed: {}", text(&o));
+    assert!(text(&o).contains("an interrupted run"), "{}", text(&o));
+    assert_eq!(std::fs::read_to_string(w.ws.join(".git/description")).unwrap(), "desc");
+}

@@ -539,7 +539,7 @@ fn scan(workspace: &Path, want: impl Fn(&str, &std::fs::FileType) -> bool) -> Ve
 }
 
 /// (device, inode) of each protected path before a run; `None` where absent.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct ProtectedSnapshot {
     entries: Vec<(PathBuf, Option<(u64, u64)>)>,
     git_dirs: Vec<PathBuf>,
@@ -591,6 +591,94 @@ fn env_secrets(root: &Path) -> Vec<(PathBuf, Option<EnvIdentity>)> {
             p.strip_prefix(root).ok().map(|r| (r.to_path_buf(), id))
         })
         .collect()
+}
+
+/// A check of the protected paths that a run still owes: written before the
+/// command starts, removed once the check after it is done. A launcher
+/// killed in between (after its capture landed, say) leaves it for the next
+/// start, which does the check ([`recover_pending_checks`]).
+pub struct PendingCheck {
+    path: PathBuf,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct PendingRecord {
+    workspace: PathBuf,
+    before: ProtectedSnapshot,
+}
+
+fn pending_dir(state: &Path) -> PathBuf {
+    state.join("pending-checks")
+}
+
+impl PendingCheck {
+    pub fn record(state: &Path, workspace: &Path, before: &ProtectedSnapshot) -> Result<PendingCheck, WorkspaceError> {
+        let dir = pending_dir(state);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let path = dir.join(format!("{}-{nanos}.json", std::process::id()));
+        let text = serde_json::to_vec(&PendingRecord {
+            workspace: workspace.to_path_buf(),
+            before: before.clone(),
+        })
+        .map_err(|e| WorkspaceError::Read {
+            path: path.clone(),
+            source: std::io::Error::other(e),
+        })?;
+        let write = || -> std::io::Result<()> {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir)?;
+            std::fs::write(&path, &text)
+        };
+        write().map_err(|e| WorkspaceError::Read {
+            path: path.clone(),
+            source: e,
+        })?;
+        Ok(PendingCheck { path })
+    }
+
+    /// The check was done.
+    pub fn done(self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// At start: the checks that launchers now gone still owed, done. Lines for stderr.
+pub fn recover_pending_checks(state: &Path) -> Vec<String> {
+    let mut report = Vec::new();
+    let Ok(rd) = std::fs::read_dir(pending_dir(state)) else {
+        return report;
+    };
+    for e in rd.flatten() {
+        let name = e.file_name();
+        let pid = name
+            .to_str()
+            .and_then(|n| n.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok());
+        if pid.is_some_and(|p| p == std::process::id() || Path::new(&format!("/proc/{p}")).exists()) {
+            continue;
+        }
+        let record = std::fs::read(e.path())
+            .ok()
+            .and_then(|b| serde_json::from_slice::<PendingRecord>(&b).ok());
+        if let Some(r) = record {
+            match enforce_protected(&r.workspace, &r.before) {
+                Ok(v) if v.is_empty() => {}
+                Ok(v) => report.push(format!(
+                    "an interrupted run in {} wrote protected paths: {}",
+                    r.workspace.display(),
+                    v.join("; ")
+                )),
+                Err(err) => report.push(format!(
+                    "could not check the protected paths of an interrupted run in {}: {err}",
+                    r.workspace.display()
+                )),
+            }
+        }
+        let _ = std::fs::remove_file(e.path());
+    }
+    report
 }
 
 fn quarantine_name(p: &Path) -> PathBuf {
