@@ -474,30 +474,11 @@ fn landing_never_follows_a_directory_swapped_for_a_symlink() {
     std::fs::create_dir_all(w.ws.join("sub")).unwrap();
     let target = w.outside.join("target");
     std::fs::create_dir_all(&target).unwrap();
-    let pause = w.root.path().join("paused");
-    let p = w.policy("profile = \"workspace-write\"\noverlay = true\n");
-    let child = Command::new(bin())
-        .arg("--state-dir")
-        .arg(&w.state)
-        .args([
-            "run",
-            "--policy",
-            p.to_str().unwrap(),
-            "-c",
-            "echo a > sub/a; echo b > sub/b; echo c > sub/c; echo d > sub/d",
-        ])
-        .current_dir(&w.ws)
-        .env("TETHER_EXEC_TEST_PAUSE_AT", "mid-commit")
-        .env("TETHER_EXEC_TEST_PAUSE_FILE", &pause)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while !exists(&pause) && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(2));
-    }
+    let (child, pause) = spawn_paused(
+        &w,
+        "mid-commit",
+        "echo a > sub/a; echo b > sub/b; echo c > sub/c; echo d > sub/d",
+    );
     assert!(exists(&pause), "the landing never paused");
     std::fs::rename(w.ws.join("sub"), w.ws.join("sub-real")).unwrap();
     std::os::unix::fs::symlink(&target, w.ws.join("sub")).unwrap();
@@ -614,30 +595,7 @@ fn a_signal_after_the_run_does_not_stop_the_landing() {
     // the protected paths that follows: the commit completes.
     let w = World::new();
     std::fs::create_dir_all(w.ws.join("sub")).unwrap();
-    let pause = w.root.path().join("paused");
-    let p = w.policy("profile = \"workspace-write\"\noverlay = true\n");
-    let child = Command::new(bin())
-        .arg("--state-dir")
-        .arg(&w.state)
-        .args([
-            "run",
-            "--policy",
-            p.to_str().unwrap(),
-            "-c",
-            "echo a > sub/a; echo b > sub/b; echo c > sub/c",
-        ])
-        .current_dir(&w.ws)
-        .env("TETHER_EXEC_TEST_PAUSE_AT", "after-journal")
-        .env("TETHER_EXEC_TEST_PAUSE_FILE", &pause)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while !exists(&pause) && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    let (child, pause) = spawn_paused(&w, "after-journal", "echo a > sub/a; echo b > sub/b; echo c > sub/c");
     assert!(exists(&pause), "the landing never paused");
     // SAFETY: kill of our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
@@ -686,4 +644,29 @@ fn removals_land_in_a_bind_mounted_workspace() {
         text(&o)
     );
     assert_eq!(std::fs::read_to_string(src.join("ws/sub/new.txt")).unwrap(), "new\n");
+}
+
+/// Starts `script` in an overlay run whose landing pauses at `at` (a debug
+/// build's test hook) and returns once it has paused; removing the returned
+/// file lets it go on.
+fn spawn_paused(w: &World, at: &str, script: &str) -> (std::process::Child, std::path::PathBuf) {
+    let pause = w.root.path().join("paused");
+    let p = w.policy("profile = \"workspace-write\"\noverlay = true\n");
+    let child = Command::new(bin())
+        .arg("--state-dir")
+        .arg(&w.state)
+        .args(["run", "--policy", p.to_str().unwrap(), "-c", script])
+        .current_dir(&w.ws)
+        .env("TETHER_EXEC_TEST_PAUSE_AT", at)
+        .env("TETHER_EXEC_TEST_PAUSE_FILE", &pause)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !exists(&pause) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    (child, pause)
 }
