@@ -515,17 +515,13 @@ fn a_git_commit_killed_midway_leaves_a_repository_git_can_read() {
     git(&["commit", "-qm", "one"]);
     let steps: Vec<String> = (1..12).map(|i| format!("before-step-{i}")).collect();
     for at in steps.iter().map(String::as_str).chain(["after-journal"]) {
-        let o = Command::new(bin())
-            .arg("--state-dir")
-            .arg(&w.state)
-            .args([
+        let o = w
+            .command(&[
                 "run",
                 "-c",
                 "echo more >> a.txt && git add a.txt && git -c user.email=t@t -c user.name=t commit -qm more",
             ])
-            .current_dir(&w.ws)
             .env("TETHER_EXEC_TEST_CRASH_AT", at)
-            .stdin(Stdio::null())
             .output()
             .unwrap();
         // (A commit of fewer steps is not killed: it simply lands.)
@@ -568,17 +564,13 @@ fn a_submodule_commit_killed_midway_leaves_it_readable() {
     git_in(&w.ws, &["submodule", "add", "-q", src.to_str().unwrap(), "sub"]);
     host_git(&w, &["commit", "-qm", "with sub"]);
     for i in 1..12 {
-        let o = Command::new(bin())
-            .arg("--state-dir")
-            .arg(&w.state)
-            .args([
+        let o = w
+            .command(&[
                 "run",
                 "-c",
                 "cd sub && echo more >> s.txt && git add s.txt && git -c user.email=t@t -c user.name=t commit -qm more",
             ])
-            .current_dir(&w.ws)
             .env("TETHER_EXEC_TEST_CRASH_AT", format!("before-step-{i}"))
-            .stdin(Stdio::null())
             .output()
             .unwrap();
         let _ = o;
