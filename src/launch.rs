@@ -937,16 +937,18 @@ pub fn resume(id: &str, state: &Path) -> Finished {
         }
     };
     let recovered = recover(state);
+    // The workspace as it is, before preparing the run changes anything in
+    // it (the empty checkouts `capture_for` may make).
+    let mut current_bindings = match bindings(&current_policy, &ctx.workspace, state) {
+        Ok(b) => b,
+        Err(e) => return refused(&mut log, receipt, exit::INTERNAL, e),
+    };
     let capture = match capture_for(&policy, state, &ctx.workspace) {
         Ok(c) => c,
         Err(e) => return refused(&mut log, receipt, exit::INTERNAL, e),
     };
     let plan = match plan_for(&policy, &ctx.workspace, &cwd, argv, state, capture.as_ref()) {
         Ok(p) => p,
-        Err(e) => return refused(&mut log, receipt, exit::INTERNAL, e),
-    };
-    let mut current_bindings = match bindings(&current_policy, &ctx.workspace, state) {
-        Ok(b) => b,
         Err(e) => return refused(&mut log, receipt, exit::INTERNAL, e),
     };
     current_bindings.policy_digest = current_policy.digest();

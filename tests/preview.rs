@@ -132,3 +132,29 @@ fn show_says_why_there_is_no_preview() {
         assert_eq!(std::fs::read_to_string(w.ws.join("runs.log")).unwrap(), "run\n");
     }
 }
+
+#[test]
+fn a_missing_submodule_checkout_does_not_stale_a_held_action() {
+    // Preparing a writable run makes a missing gitlink checkout (empty, to be
+    // read-only): resume compares the workspace before it does so, or every
+    // approval there would read as stale.
+    let w = World::new();
+    host_git(&w, &["init", "-q"]);
+    host_git(
+        &w,
+        &[
+            "update-index",
+            "--add",
+            "--cacheinfo",
+            "160000,1111111111111111111111111111111111111111,deps/gone",
+        ],
+    );
+    let (id, _) = hold(&w, POLICY);
+    assert!(w.tx(&["approve", &id]).status.success());
+    let o = w.tx(&["resume", &id]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(
+        std::fs::read_to_string(w.ws.join("notes.txt")).unwrap(),
+        "one\nCHANGED\n"
+    );
+}
