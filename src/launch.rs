@@ -107,7 +107,7 @@ fn make_preview(
 ) -> Result<PreviewRecord, String> {
     let capture = Capture::create(&req.state_dir, &req.workspace)
         .map_err(|e| format!("tether-exec: cannot prepare the preview: {e}"))?;
-    let plan = plan_for(
+    let (plan, _) = plan_for(
         policy,
         &req.workspace,
         &req.cwd,
@@ -289,7 +289,7 @@ pub fn run(req: &Request, stdin_is_tty: bool) -> Finished {
                 Ok(c) => c,
                 Err(e) => return not_started(receipt, e, on_record),
             };
-            let plan = match plan_for(
+            let (plan, env_before) = match plan_for(
                 &policy,
                 &req.workspace,
                 &req.cwd,
@@ -315,6 +315,7 @@ pub fn run(req: &Request, stdin_is_tty: bool) -> Finished {
                 None,
                 &req.state_dir,
                 capture,
+                env_before,
             );
             done.stderr.splice(0..0, recovered);
             done
@@ -350,7 +351,7 @@ fn plan_for(
     argv: Vec<String>,
     state: &Path,
     capture: Option<&Capture>,
-) -> Result<plan::Plan, String> {
+) -> Result<(plan::Plan, crate::workspace::EnvSecrets), String> {
     let mut facts = sandbox::host_facts(policy, ws, crate::state::account_home().as_deref());
     match capture {
         Some(c) if c.subtrees.is_empty() => facts.overlay = Some((c.upper(), c.work())),
@@ -363,7 +364,11 @@ fn plan_for(
         }
         None => {}
     }
-    plan::build(policy, &facts, ws, cwd, argv, state).map_err(|e| format!("tether-exec: cannot plan the sandbox: {e}"))
+    let plan = plan::build(policy, &facts, ws, cwd, argv, state)
+        .map_err(|e| format!("tether-exec: cannot plan the sandbox: {e}"))?;
+    // The `.env*` secrets the planning scan found: the check after the run
+    // compares against them (one walk of the workspace, not two).
+    Ok((plan, facts.env_secrets))
 }
 
 /// Digest of the environment the sandbox would get (names and values).
@@ -461,10 +466,11 @@ fn execute(
     approval_id: Option<String>,
     state: &Path,
     capture: Option<Capture>,
+    env_before: crate::workspace::EnvSecrets,
 ) -> Finished {
     let isolation = Isolation::of(plan);
     let writable = policy.profile() == Profile::WorkspaceWrite;
-    let protected_before = writable.then(|| crate::workspace::snapshot_protected(&plan.workspace));
+    let protected_before = writable.then(|| crate::workspace::snapshot_protected(&plan.workspace, env_before));
     let (mut borrowed, mut deferred) = match audit {
         Audit::Open(log) => (Some(log), None),
         Audit::Deferred(f) => (None, Some(f)),
@@ -947,7 +953,7 @@ pub fn resume(id: &str, state: &Path) -> Finished {
         Ok(c) => c,
         Err(e) => return refused(&mut log, receipt, exit::INTERNAL, e),
     };
-    let plan = match plan_for(&policy, &ctx.workspace, &cwd, argv, state, capture.as_ref()) {
+    let (plan, env_before) = match plan_for(&policy, &ctx.workspace, &cwd, argv, state, capture.as_ref()) {
         Ok(p) => p,
         Err(e) => return refused(&mut log, receipt, exit::INTERNAL, e),
     };
@@ -1069,6 +1075,7 @@ pub fn resume(id: &str, state: &Path) -> Finished {
                 Some(id.to_string()),
                 state,
                 capture,
+                env_before,
             );
             done.stderr.splice(0..0, recovered);
             let result = RecordedResult {

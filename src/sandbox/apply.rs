@@ -1325,15 +1325,9 @@ struct OverlayDirs {
 impl OverlayDirs {
     fn open(plan: &Plan) -> StepResult<OverlayDirs> {
         let open = |p: &Path| -> StepResult<OwnedFd> {
-            let c = path_c(p);
-            // SAFETY: open with a NUL-terminated path; the descriptor returned
-            // is owned by the OwnedFd below and by nothing else.
-            let fd = unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) };
-            if fd < 0 {
-                return Err((format!("open {} for the overlay", p.display()), errno()));
-            }
-            // SAFETY: `fd` is a fresh descriptor nobody else owns.
-            Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+            crate::workspace::beneath::Dir::root(p)
+                .map(|d| d.into_fd())
+                .map_err(|e| (format!("open {} for the overlay", p.display()), e))
         };
         // The lower layer is reached from the workspace without following a
         // symlink: another run there cannot have it show a directory elsewhere.
@@ -1363,14 +1357,9 @@ impl OverlayDirs {
         if self.dirs.is_empty() {
             return Ok(());
         }
-        let c = path_c(Path::new("/proc/self/fd"));
-        // SAFETY: open with a NUL-terminated path; the descriptor is owned below.
-        let fd = unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) };
-        if fd < 0 {
-            return Err(("open /proc/self/fd for the overlay".into(), errno()));
-        }
-        // SAFETY: a fresh descriptor nobody else owns.
-        self.fd_dir = Some(unsafe { OwnedFd::from_raw_fd(fd) });
+        let fd = crate::workspace::beneath::Dir::root(Path::new("/proc/self/fd"))
+            .map_err(|e| ("open /proc/self/fd for the overlay".to_string(), e))?;
+        self.fd_dir = Some(fd.into_fd());
         Ok(())
     }
 }

@@ -105,6 +105,7 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>) -> Hos
         }
     }
     let git = crate::workspace::git_layout(workspace);
+    let secrets = crate::workspace::scan_secrets(workspace);
     let protected_present = protected_present(workspace, &git);
     let policy_files_in_workspace = policy
         .files
@@ -146,7 +147,8 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>) -> Hos
         env,
         extra_tool_dirs,
         venv_prefixes,
-        secret_files: crate::workspace::scan_secrets(workspace),
+        secret_files: secrets.hidden,
+        env_secrets: secrets.env,
         protected_present,
         git_index_unreadable: git.index_unreadable,
         protected_parents: git

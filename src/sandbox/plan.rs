@@ -131,6 +131,9 @@ pub struct HostFacts {
     pub venv_prefixes: Vec<PathBuf>,
     /// Secret-looking files in the workspace, absolute.
     pub secret_files: Vec<PathBuf>,
+    /// The `.env*` secrets found by the same scan, for the check after the
+    /// run (not planned: handed back by the caller).
+    pub env_secrets: crate::workspace::EnvSecrets,
     /// Protected paths in the workspace that exist: (path, is_dir).
     pub protected_present: Vec<(PathBuf, bool)>,
     /// Every directory from `.git` down to each git directory (submodules',

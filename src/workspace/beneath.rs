@@ -43,7 +43,8 @@ fn check(r: libc::c_int) -> std::io::Result<()> {
 pub struct Dir(OwnedFd);
 
 impl Dir {
-    /// The workspace itself.
+    /// A directory by its path, as given (the workspace itself, or one of
+    /// the launcher's own).
     pub fn root(ws: &Path) -> std::io::Result<Dir> {
         let c = cstr(ws.as_os_str())?;
         // SAFETY: open with a NUL-terminated path; the descriptor is owned below.

@@ -490,28 +490,42 @@ pub const SCAN_SKIP_DIRS: &[&str] = &[
 /// How deep the secret scan goes.
 pub const SCAN_MAX_DEPTH: usize = 8;
 
-/// Secret-looking files anywhere in the workspace (bounded depth, skipping
-/// dependency and VCS directories), hidden inside the sandbox.
-pub fn scan_secrets(workspace: &Path) -> Vec<PathBuf> {
+/// What one walk of the workspace finds before a run (bounded depth,
+/// skipping dependency and VCS directories): the secret-looking files to
+/// hide inside the sandbox, and the `.env*` secrets the check after the run
+/// compares against.
+#[derive(Debug, Clone, Default)]
+pub struct SecretScan {
+    pub hidden: Vec<PathBuf>,
+    pub env: EnvSecrets,
+}
+
+/// The `.env*` secrets (files, symlinks: anything a loader would read but a
+/// directory), relative to the workspace, with their identities.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct EnvSecrets(Vec<(PathBuf, Option<EnvIdentity>)>);
+
+pub fn scan_secrets(workspace: &Path) -> SecretScan {
     let found = scan(workspace, |name, ft| {
-        (ft.is_file() && crate::policy::is_secret_name(name)) || (ft.is_symlink() && crate::policy::is_env_secret(name))
+        (ft.is_file() && crate::policy::is_secret_name(name)) || crate::policy::is_env_secret(name)
     });
+    let env = env_secrets(workspace, &found);
     // A `.env` that is a symlink is read through to its target, whatever
     // that file's name: the target (inside the workspace) is the secret.
     let root = std::fs::canonicalize(workspace).unwrap_or_else(|_| workspace.to_path_buf());
-    let mut out: Vec<PathBuf> = found
+    let mut hidden: Vec<PathBuf> = found
         .into_iter()
         .filter_map(|p| match std::fs::symlink_metadata(&p) {
             Ok(m) if m.file_type().is_symlink() => std::fs::canonicalize(&p)
                 .ok()
                 .filter(|t| t.starts_with(&root) && t.is_file()),
-            Ok(_) => Some(p),
-            Err(_) => None,
+            Ok(m) if m.is_file() => Some(p),
+            _ => None,
         })
         .collect();
-    out.sort();
-    out.dedup();
-    out
+    hidden.sort();
+    hidden.dedup();
+    SecretScan { hidden, env }
 }
 
 /// Entries (never directories) whose name and type `want` accepts, found
@@ -544,8 +558,8 @@ pub struct ProtectedSnapshot {
     entries: Vec<(PathBuf, Option<(u64, u64)>)>,
     git_dirs: Vec<PathBuf>,
     pointers: Vec<(PathBuf, Option<(u64, u64)>)>,
-    /// `.env*` secrets (templates excepted) as the secret scan finds them.
-    env_files: Vec<(PathBuf, Option<EnvIdentity>)>,
+    /// `.env*` secrets (templates excepted) as the secret scan found them.
+    env_files: EnvSecrets,
 }
 
 fn identity(p: &Path) -> Option<(u64, u64)> {
@@ -553,8 +567,9 @@ fn identity(p: &Path) -> Option<(u64, u64)> {
 }
 
 /// Record the protected paths' identities (a few `lstat`s; a repository with
-/// submodules or linked worktrees adds a short walk of them).
-pub fn snapshot_protected(root: &Path) -> ProtectedSnapshot {
+/// submodules or linked worktrees adds a short walk of them), with the
+/// `.env*` secrets of the scan made for the plan (see [`scan_secrets`]).
+pub fn snapshot_protected(root: &Path, env: EnvSecrets) -> ProtectedSnapshot {
     let layout = git_layout(root);
     let with_identity = |rel: PathBuf| {
         let id = identity(&root.join(&rel));
@@ -567,7 +582,7 @@ pub fn snapshot_protected(root: &Path) -> ProtectedSnapshot {
             .collect(),
         pointers: layout.pointers.into_iter().map(with_identity).collect(),
         git_dirs: layout.dirs,
-        env_files: env_secrets(root),
+        env_files: env,
     }
 }
 
@@ -576,13 +591,16 @@ pub fn snapshot_protected(root: &Path) -> ProtectedSnapshot {
 /// may give the freed inode; a masked file cannot be removed.
 type EnvIdentity = (u64, u64, i64, i64);
 
-/// The `.env*` secrets (files, symlinks: anything a loader would read but a
-/// directory) with their identities, relative to `root`.
-fn env_secrets(root: &Path) -> Vec<(PathBuf, Option<EnvIdentity>)> {
-    scan(root, |name, _| crate::policy::is_env_secret(name))
-        .into_iter()
+/// The `.env*` secrets among `found` (paths under `root`), with identities.
+fn env_secrets(root: &Path, found: &[PathBuf]) -> EnvSecrets {
+    let env = found
+        .iter()
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| crate::policy::is_env_secret(&n.to_string_lossy()))
+        })
         .filter_map(|p| {
-            let id = std::fs::symlink_metadata(&p)
+            let id = std::fs::symlink_metadata(p)
                 .ok()
                 .map(|m| match m.file_type().is_symlink() {
                     true => (m.dev(), m.ino(), m.ctime(), m.ctime_nsec()),
@@ -590,7 +608,8 @@ fn env_secrets(root: &Path) -> Vec<(PathBuf, Option<EnvIdentity>)> {
                 });
             p.strip_prefix(root).ok().map(|r| (r.to_path_buf(), id))
         })
-        .collect()
+        .collect();
+    EnvSecrets(env)
 }
 
 /// A check of the protected paths that a run still owes: written before the
@@ -788,8 +807,8 @@ pub fn enforce_protected(root: &Path, before: &ProtectedSnapshot) -> Result<Vec<
     // New by identity, not by path: a directory renamed away carries its
     // `.env` along (that one is the person's), and a `.env` made where the
     // renamed one was is new.
-    for (rel, id) in env_secrets(root) {
-        if id.is_none() || !before.env_files.iter().any(|(_, b)| *b == id) {
+    for (rel, id) in scan_secrets(root).env.0 {
+        if id.is_none() || !before.env_files.0.iter().any(|(_, b)| *b == id) {
             let p = root.join(&rel);
             move_aside(&rel, &p, "created protected path", &mut violations);
         }
