@@ -229,10 +229,7 @@ fn protected_paths_after_renaming_the_parent() {
     let script =
         "mv .git g3; mkdir -p .git/hooks; printf evil | tee .git/hooks/post-checkout; touch during.txt; sleep 1";
     let mut child = w.run_command(script).spawn().unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while !exists(&w.ws.join("during.txt")) && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_for(&w.ws.join("during.txt"));
     assert!(exists(&w.ws.join("during.txt")), "the command did not get that far");
     assert!(!exists(&w.ws.join("g3")), ".git was renamed during the run");
     assert!(
@@ -1307,10 +1304,7 @@ fn present_during_run(w: &World, script: &str, paths: &[&str]) -> (Vec<String>, 
     cmd.stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
     let child = cmd.spawn().unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while !exists(&w.ws.join("during.txt")) && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_for(&w.ws.join("during.txt"));
     assert!(exists(&w.ws.join("during.txt")), "the command did not get that far");
     let seen = paths
         .iter()
@@ -1581,10 +1575,7 @@ fn init_keeps_no_descriptor_of_the_launchers() {
     let w = World::new();
     host_git(&w, &["init", "-q"]);
     let mut child = w.run_command("touch during.txt; sleep 1").spawn().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !exists(&w.ws.join("during.txt")) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_for(&w.ws.join("during.txt"));
     let children = std::fs::read_to_string(format!("/proc/{}/task/{}/children", child.id(), child.id())).unwrap();
     let init: u32 = children.split_whitespace().next().expect("init runs").parse().unwrap();
     match std::fs::read_dir(format!("/proc/{init}/fd")) {
@@ -1607,9 +1598,7 @@ fn init_keeps_no_descriptor_of_the_launchers() {
     child.wait().unwrap();
     // Control: the launcher itself does hold the capture's directory.
     let mut child = w.run_command("touch during2.txt; sleep 1").spawn().unwrap();
-    while !exists(&w.ws.join("during2.txt")) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_for(&w.ws.join("during2.txt"));
     let held: Vec<String> = std::fs::read_dir(format!("/proc/{}/fd", child.id()))
         .unwrap()
         .flatten()

@@ -134,10 +134,7 @@ fn root_runs_a_workspace_it_does_not_own_as_its_owner() {
         .run_command("while true; do echo x >> tick.txt; sleep 0.05; done")
         .spawn()
         .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while !exists(&w.ws.join("tick.txt")) && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    wait_for(&w.ws.join("tick.txt"));
     child.kill().unwrap();
     child.wait().unwrap();
     std::thread::sleep(std::time::Duration::from_millis(300));

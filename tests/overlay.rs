@@ -656,9 +656,6 @@ fn spawn_paused(w: &World, at: &str, script: &str) -> (std::process::Child, std:
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while !exists(&pause) && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    wait_for(&pause);
     (child, pause)
 }

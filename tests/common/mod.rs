@@ -185,7 +185,6 @@ pub fn held_id(stderr: &str) -> String {
 
 /// git on the host (not confined) in the workspace; panics unless it
 /// succeeds; its standard output.
-#[allow(dead_code)]
 pub fn host_git(w: &World, args: &[&str]) -> String {
     let o = Command::new("git")
         .args(["-c", "user.email=t@t", "-c", "user.name=t"])
@@ -195,4 +194,13 @@ pub fn host_git(w: &World, args: &[&str]) -> String {
         .unwrap();
     assert!(o.status.success(), "git {args:?}: {}", text(&o));
     String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Waits (up to 20 s) until `p` exists; whether it does.
+pub fn wait_for(p: &Path) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !exists(p) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    exists(p)
 }
