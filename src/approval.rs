@@ -1549,6 +1549,70 @@ impl ApprovalStore {
     }
 }
 
+impl ApprovalStore {
+    /// Records the result of a resume whose launcher died while landing an
+    /// approved preview, once the caller has finished that landing from its
+    /// journal. The command ran exactly once (as the preview) and its effects
+    /// are now in place, so the action is done and never runs again. Only for
+    /// a run that is over: `running` with its runner gone, or `interrupted`
+    /// (its evidence was voided then; nothing is approved by this).
+    pub fn finish_interrupted_landing(&self, id: &str, result: &RecordedResult) -> Result<()> {
+        if serde_json::from_str::<serde_json::Value>(&result.receipt_json).is_err() {
+            return Err(ApprovalError::InvalidRequest(
+                "the run receipt is not valid JSON, so it was not recorded.".into(),
+            ));
+        }
+        let tx = self.immediate("recording an interrupted landing's result")?;
+        let action = load_action(&tx, id)?;
+        match action.held.state {
+            ActionState::Running => {
+                let pid = action.runner_pid.unwrap_or(0);
+                if runner_alive(pid, &action.runner_start, &action.runner_boot) {
+                    return Err(ApprovalError::AlreadyRunning {
+                        id: id.to_string(),
+                        pid,
+                    });
+                }
+            }
+            ActionState::Interrupted => {}
+            other => {
+                return Err(ApprovalError::InvalidRequest(format!(
+                    "action {id} is {}, not an interrupted run; its landing is not recorded as finished.",
+                    other.as_str()
+                )))
+            }
+        }
+        let Some(run_id) = action.run_id.as_deref() else {
+            return Err(ApprovalError::Corrupt {
+                what: format!("action {id} was interrupted but names no run"),
+            });
+        };
+        let now = now_unix_ms();
+        tx.execute(
+            "INSERT INTO results (action, run_id, exit_code, signal, timed_out, duration_ms, \
+             receipt_json, finished_unix_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            params![
+                id,
+                run_id,
+                result.exit_code,
+                result.signal,
+                result.timed_out,
+                u2i(result.duration_ms),
+                result.receipt_json,
+                u2i(now)
+            ],
+        )
+        .db("storing the interrupted landing's result")?;
+        tx.execute(
+            "UPDATE actions SET state = 'done', runner_pid = NULL, runner_start = NULL, \
+             runner_boot = NULL, updated_unix_ms = ?2 WHERE id = ?1",
+            params![id, u2i(now)],
+        )
+        .db("marking the action done")?;
+        tx.commit().db("committing the interrupted landing's result")
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Row access
 // ---------------------------------------------------------------------------

@@ -21,7 +21,7 @@ use crate::gate::{self, Context, Decision, Input};
 use crate::policy::{Format, Layer, Policy, Profile, Verdict};
 use crate::receipt::{Isolation, Receipt};
 use crate::sandbox::{self, apply, plan};
-use crate::workspace::overlay::Capture;
+use crate::workspace::overlay::{Capture, LandedPreview};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -905,6 +905,37 @@ pub fn resume(id: &str, state: &Path) -> Finished {
             )
         }
     };
+    // A resume that died while landing this action's approved preview left
+    // its journal: the landing had begun, so it is finished, not approved
+    // again (the workspace no longer matches what was approved, half of it
+    // landed). Left alone while another launcher holds the preview.
+    if let Some(pr) = &ctx.preview {
+        if matches!(
+            action.state,
+            approval::ActionState::Running | approval::ActionState::Interrupted | approval::ActionState::Done
+        ) {
+            match crate::workspace::overlay::resume_preview_landing(&pr.dir) {
+                Ok(Some(landed)) if action.state == approval::ActionState::Done => {
+                    // Its result was recorded before the launcher died: only
+                    // the preview was left to remove.
+                    landed.done();
+                }
+                Ok(Some(landed)) => {
+                    receipt.policy_digest = action.bindings.policy_digest.clone();
+                    return finish_interrupted_landing(landed, pr, &store, &mut log, receipt, &action.session, id);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    return refused(
+                        &mut log,
+                        receipt,
+                        exit::INTERNAL,
+                        format!("tether-exec: cannot finish the interrupted landing of {id}'s preview: {e}"),
+                    )
+                }
+            }
+        }
+    }
     let policy = match held_policy(&ctx) {
         Ok(p) => p,
         Err(e) => return refused(&mut log, receipt, exit::REFUSED, format!("tether-exec: {e}")),
@@ -1039,7 +1070,7 @@ pub fn resume(id: &str, state: &Path) -> Finished {
                 return Finished::new(exit::INTERNAL, receipt, e);
             }
             if let Some(pr) = &ctx.preview {
-                let mut done = land_preview(
+                let (mut done, landed) = land_preview(
                     pr,
                     &policy,
                     &ctx.workspace,
@@ -1056,10 +1087,17 @@ pub fn resume(id: &str, state: &Path) -> Finished {
                     duration_ms: 0,
                     receipt_json: serde_json::to_string(&done.receipt).unwrap_or_default(),
                 };
-                if let Err(e) = store.finish(ticket, &result) {
-                    done.stderr.push(format!(
+                match store.finish(ticket, &result) {
+                    Ok(()) => {
+                        if let Some(l) = landed {
+                            l.done();
+                        }
+                    }
+                    // The journal stays: the next resume finds the landing
+                    // done and records it.
+                    Err(e) => done.stderr.push(format!(
                         "tether-exec: the preview landed, but its result could not be recorded: {e}"
-                    ));
+                    )),
                 }
                 done.stderr.splice(0..0, recovered);
                 return done;
@@ -1097,7 +1135,8 @@ pub fn resume(id: &str, state: &Path) -> Finished {
 }
 
 /// Land an approved preview: exactly the captured changes, without running the
-/// command again; replay its recorded output and exit code.
+/// command again; replay its recorded output and exit code. The preview is
+/// removed by the caller once the result is on record (see `LandedPreview`).
 #[allow(clippy::too_many_arguments)]
 fn land_preview(
     pr: &PreviewRecord,
@@ -1108,16 +1147,20 @@ fn land_preview(
     session: &str,
     id: &str,
     state: &Path,
-) -> Finished {
+) -> (Finished, Option<LandedPreview>) {
     let out = std::fs::read(pr.dir.join("stdout")).unwrap_or_default();
     let err = std::fs::read(pr.dir.join("stderr")).unwrap_or_default();
     let mut stderr = Vec::new();
     let drop = policy.on_violation() == crate::policy::OnViolation::Drop;
+    let mut landed = None;
     let code = match crate::workspace::overlay::land_preview(&pr.dir, ws, &|| policy.path_globs(), drop) {
-        Ok(o) => record_outcome(o, &mut receipt, &mut stderr, pr.exit_code),
+        Ok((o, l)) => {
+            landed = Some(l);
+            record_outcome(o, &mut receipt, &mut stderr, pr.exit_code)
+        }
         Err(e) => {
             stderr.push(format!(
-                "tether-exec: could not land the preview: {e}; the next run finishes or discards the commit"
+                "tether-exec: could not land the preview: {e}; `tether-exec resume {id}` finishes the landing if it began"
             ));
             exit::INTERNAL
         }
@@ -1134,6 +1177,75 @@ fn land_preview(
     rec.detail = Some(format!("landed the approved preview {}", pr.digest));
     if let Ok(seq) = log.append(rec) {
         receipt.audit_seq = Some(seq);
+    }
+    let done = Finished {
+        code,
+        receipt,
+        stderr,
+        replay: Some((out, err)),
+        hold_init: None,
+    };
+    (done, landed)
+}
+
+/// `resume` of an action whose last resume died while landing its approved
+/// preview, after the journal showed the landing had begun: finish it, record
+/// the result (the command ran once, as the preview; nothing runs now) and
+/// replay the preview's output.
+fn finish_interrupted_landing(
+    landed: LandedPreview,
+    pr: &PreviewRecord,
+    store: &ApprovalStore,
+    log: &mut AuditLog,
+    mut receipt: Receipt,
+    session: &str,
+    id: &str,
+) -> Finished {
+    // The landing's own outcome died with it; the preview's is what it landed.
+    let code = if pr.violations.is_empty() {
+        pr.exit_code
+    } else {
+        exit::REFUSED
+    };
+    receipt.decision = Some(Verdict::Allow);
+    receipt.exit_code = Some(code);
+    receipt.changes = Some(crate::receipt::Changes {
+        added: pr.added.clone(),
+        modified: pr.modified.clone(),
+        deleted: pr.deleted.clone(),
+    });
+    let mut rec = AuditEntry::new(EntryKind::Commit);
+    rec.session = Some(session.to_string());
+    rec.approval_id = Some(id.to_string());
+    rec.policy_digest = Some(receipt.policy_digest.clone());
+    rec.exit_code = Some(code);
+    rec.detail = Some(format!(
+        "finished the interrupted landing of the approved preview {}",
+        pr.digest
+    ));
+    let mut stderr = vec![format!(
+        "tether-exec: finished landing {id}'s approved preview, which an earlier resume began and did not finish; the command did not run again"
+    )];
+    match log.append(rec) {
+        Ok(seq) => receipt.audit_seq = Some(seq),
+        Err(e) => stderr.push(format!(
+            "tether-exec: the landing is finished, but it could not be audited: {e}"
+        )),
+    }
+    let out = std::fs::read(pr.dir.join("stdout")).unwrap_or_default();
+    let err = std::fs::read(pr.dir.join("stderr")).unwrap_or_default();
+    let result = RecordedResult {
+        exit_code: Some(code),
+        signal: None,
+        timed_out: false,
+        duration_ms: 0,
+        receipt_json: serde_json::to_string(&receipt).unwrap_or_default(),
+    };
+    match store.finish_interrupted_landing(id, &result) {
+        Ok(()) => landed.done(),
+        Err(e) => stderr.push(format!(
+            "tether-exec: the landing is finished, but its result could not be recorded: {e}; `tether-exec resume {id}` records it"
+        )),
     }
     Finished {
         code,

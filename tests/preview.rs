@@ -158,3 +158,54 @@ fn a_missing_submodule_checkout_does_not_stale_a_held_action() {
         "one\nCHANGED\n"
     );
 }
+
+/// A resume killed while landing its preview (after the journal, midway, or
+/// after the last step but before the result is on record) leaves a
+/// half-landed workspace that no fresh approval could match. The next resume
+/// finishes the landing from the journal and records the result: everything
+/// the preview held is in place, nothing ran again, and it never lands twice.
+#[test]
+fn a_landing_killed_midway_is_finished_by_the_next_resume_and_the_command_never_runs_again() {
+    for at in ["after-journal", "mid-commit", "after-landing"] {
+        let w = World::new();
+        let (id, _) = hold(&w, POLICY);
+        let previewed = std::fs::read(preview_dir(&w, &id).join("upper/rnd.bin")).unwrap();
+        assert!(w.tx(&["approve", &id]).status.success());
+        let killed = w
+            .command(&["resume", &id])
+            .env("TETHER_EXEC_APPROVER_KEY", w.outside.join("approver.key"))
+            .env("TETHER_EXEC_TEST_CRASH_AT", at)
+            .output()
+            .unwrap();
+        assert_eq!(killed.status.code(), None, "{at}: the launcher died: {}", text(&killed));
+        // Control: the kill left the landing unfinished (the workspace not
+        // wholly landed, or the result not on record).
+        let landed = |w: &World| {
+            std::fs::read_to_string(w.ws.join("notes.txt")).unwrap() == "one\nCHANGED\n"
+                && std::fs::read(w.ws.join("rnd.bin")).ok().as_deref() == Some(&previewed[..])
+                && std::fs::read_to_string(w.ws.join("runs.log")).ok().as_deref() == Some("run\n")
+        };
+        let state = |w: &World| {
+            let v: serde_json::Value = serde_json::from_slice(&w.tx(&["show", &id, "--json"]).stdout).unwrap();
+            v["action"]["state"].as_str().unwrap_or_default().to_string()
+        };
+        assert!(
+            !landed(&w) || state(&w) != "done",
+            "{at}: the kill left something to finish"
+        );
+        let o = w.tx(&["resume", &id]);
+        assert_eq!(o.status.code(), Some(0), "{at}: {}", text(&o));
+        assert!(text(&o).contains("finished landing"), "{at}: {}", text(&o));
+        assert_eq!(stdout(&o), "done\n", "{at}: the preview's output is replayed");
+        assert!(landed(&w), "{at}: everything the preview held landed");
+        assert_eq!(state(&w), "done", "{at}");
+        assert!(!preview_dir_exists(&w), "{at}: the preview is gone once it landed");
+        let again = w.tx(&["resume", &id]);
+        assert!(text(&again).contains("already ran"), "{at}: {}", text(&again));
+        assert_eq!(
+            std::fs::read_to_string(w.ws.join("runs.log")).unwrap(),
+            "run\n",
+            "{at}: one run overall"
+        );
+    }
+}

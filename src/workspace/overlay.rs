@@ -291,7 +291,15 @@ impl Capture {
     /// Classify the capture and land it, or not, as the policy says.
     pub fn finish(self, globs: &dyn Fn() -> PathGlobs, drop_violations: bool) -> Result<Outcome, WorkspaceError> {
         let rels: Vec<&Path> = self.subtrees.iter().map(|t| t.rel.as_path()).collect();
-        let out = land(&self.dir, &self.workspace, globs, drop_violations, self.started, &rels);
+        let out = land(
+            &self.dir,
+            &self.workspace,
+            globs,
+            drop_violations,
+            self.started,
+            &rels,
+            false,
+        );
         // Landed or rolled back, the capture is gone; an error keeps it (and
         // its link) for the next start to finish.
         if out.is_ok() {
@@ -427,14 +435,82 @@ pub fn preview_digest(dir: &Path) -> Result<String, WorkspaceError> {
     Ok(format!("sha256:{}", crate::policy::hex(&h.finalize())))
 }
 
-/// Land a kept preview exactly as captured (nothing runs), then remove it.
+/// A preview being landed, locked against a second lander and against
+/// [`resume_preview_landing`]. Its journal stays until [`LandedPreview::done`]:
+/// the caller records the action's result first, so that a launcher killed
+/// in between leaves a journal that says the landing was decided, and the
+/// next `resume` finishes it instead of asking for a fresh approval.
+pub struct LandedPreview {
+    dir: PathBuf,
+    workspace: PathBuf,
+    _lock: nix::fcntl::Flock<std::fs::File>,
+}
+
+impl LandedPreview {
+    /// The result is on record: remove the preview, journal and all.
+    pub fn done(self) {
+        cleanup(&self.dir, &self.workspace);
+    }
+}
+
+fn lock_preview(dir: &Path, wait: bool) -> Result<Option<nix::fcntl::Flock<std::fs::File>>, WorkspaceError> {
+    let file = std::fs::File::open(dir).map_err(|e| err(dir, e))?;
+    Ok(lock_exclusive(file, wait))
+}
+
+/// Land a kept preview exactly as captured (nothing runs). Always through a
+/// journal, even a single rename or nothing at all: its presence is how a
+/// later `resume` knows the landing had begun.
 pub fn land_preview(
     dir: &Path,
     workspace: &Path,
     globs: &dyn Fn() -> PathGlobs,
     drop_violations: bool,
-) -> Result<Outcome, WorkspaceError> {
-    land(dir, workspace, globs, drop_violations, SystemTime::now(), &[])
+) -> Result<(Outcome, LandedPreview), WorkspaceError> {
+    let lock = lock_preview(dir, true)?.ok_or_else(|| err(dir, std::io::Error::other("cannot lock the preview")))?;
+    let out = land(dir, workspace, globs, drop_violations, SystemTime::now(), &[], true)?;
+    Ok((
+        out,
+        LandedPreview {
+            dir: dir.to_path_buf(),
+            workspace: workspace.to_path_buf(),
+            _lock: lock,
+        },
+    ))
+}
+
+/// Finish the landing of a preview whose lander died after writing its
+/// journal (the steps left are applied; those done are skipped). `None` when
+/// the preview holds no journal (its landing never began) or another launcher
+/// is landing it now.
+pub fn resume_preview_landing(dir: &Path) -> Result<Option<LandedPreview>, WorkspaceError> {
+    let journal_path = dir.join(JOURNAL);
+    if !journal_path.exists() {
+        return Ok(None);
+    }
+    // Busy: a live launcher is landing it now (the store says so to the
+    // caller). Gone, or its journal gone: that launcher finished meanwhile.
+    let lock = match std::fs::File::open(dir) {
+        Ok(f) => lock_exclusive(f, false),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(err(dir, e)),
+    };
+    let Some(lock) = lock else {
+        return Ok(None);
+    };
+    let text = match std::fs::read(&journal_path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(err(&journal_path, e)),
+    };
+    let journal: Journal = serde_json::from_slice(&text)
+        .map_err(|e| err(&journal_path, std::io::Error::new(std::io::ErrorKind::InvalidData, e)))?;
+    apply(dir, &journal)?;
+    Ok(Some(LandedPreview {
+        dir: dir.to_path_buf(),
+        workspace: journal.workspace,
+        _lock: lock,
+    }))
 }
 
 /// Throw a preview away (a rejected action).
@@ -452,6 +528,7 @@ fn land(
     drop_violations: bool,
     started: SystemTime,
     subtrees: &[&Path],
+    keep: bool,
 ) -> Result<Outcome, WorkspaceError> {
     {
         let mut out = Outcome::default();
@@ -480,6 +557,20 @@ fn land(
         };
         let mut ops: Vec<Op> = ops.into_iter().map(|(op, _)| op).collect();
         objects_first(&mut ops, subtrees);
+        if keep {
+            // A preview: the journal, even of nothing, records that the
+            // landing began; the caller removes the preview (`LandedPreview`).
+            let journal = Journal {
+                workspace: workspace.to_path_buf(),
+                ops,
+            };
+            write_journal(dir, &journal)?;
+            crash_point("after-journal");
+            apply(dir, &journal)?;
+            out.committed = out.violations.is_empty() || !journal.ops.is_empty();
+            crash_point("after-landing");
+            return Ok(out);
+        }
         if let [Op::Move(r)] = ops.as_slice() {
             // One file or symlink to put in place: a single rename is atomic
             // by itself (a launcher killed around it leaves the workspace as
