@@ -436,11 +436,13 @@ fn needs_overlay(policy: &Policy) -> bool {
 /// Interrupted commits finished first, then the checks of the protected
 /// paths their runs still owed.
 fn recover(state: &Path) -> Vec<String> {
-    crate::workspace::overlay::recover(state)
+    let mut lines: Vec<String> = crate::workspace::overlay::recover(state)
         .into_iter()
         .chain(crate::workspace::recover_pending_checks(state))
         .map(|l| format!("tether-exec: {l}"))
-        .collect()
+        .collect();
+    lines.extend(recover_preview_landings(state));
+    lines
 }
 
 /// The audit log a run records its end in.
@@ -908,33 +910,11 @@ pub fn resume(id: &str, state: &Path) -> Finished {
     // A resume that died while landing this action's approved preview left
     // its journal: the landing had begun, so it is finished, not approved
     // again (the workspace no longer matches what was approved, half of it
-    // landed). Left alone while another launcher holds the preview.
-    if let Some(pr) = &ctx.preview {
-        if matches!(
-            action.state,
-            approval::ActionState::Running | approval::ActionState::Interrupted | approval::ActionState::Done
-        ) {
-            match crate::workspace::overlay::resume_preview_landing(&pr.dir) {
-                Ok(Some(landed)) if action.state == approval::ActionState::Done => {
-                    // Its result was recorded before the launcher died: only
-                    // the preview was left to remove.
-                    landed.done();
-                }
-                Ok(Some(landed)) => {
-                    receipt.policy_digest = action.bindings.policy_digest.clone();
-                    return finish_interrupted_landing(landed, pr, &store, &mut log, receipt, &action.session, id);
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    return refused(
-                        &mut log,
-                        receipt,
-                        exit::INTERNAL,
-                        format!("tether-exec: cannot finish the interrupted landing of {id}'s preview: {e}"),
-                    )
-                }
-            }
-        }
+    // landed).
+    match finish_landing_if_begun(&store, &mut log, &action, &ctx, id, state) {
+        Ok(Some(done)) => return done,
+        Ok(None) => {}
+        Err(why) => return refused(&mut log, receipt, exit::INTERNAL, why),
     }
     let policy = match held_policy(&ctx) {
         Ok(p) => p,
@@ -1153,7 +1133,7 @@ fn land_preview(
     let mut stderr = Vec::new();
     let drop = policy.on_violation() == crate::policy::OnViolation::Drop;
     let mut landed = None;
-    let code = match crate::workspace::overlay::land_preview(&pr.dir, ws, &|| policy.path_globs(), drop) {
+    let code = match crate::workspace::overlay::land_preview(state, id, &pr.dir, ws, &|| policy.path_globs(), drop) {
         Ok((o, l)) => {
             landed = Some(l);
             record_outcome(o, &mut receipt, &mut stderr, pr.exit_code)
@@ -1186,6 +1166,100 @@ fn land_preview(
         hold_init: None,
     };
     (done, landed)
+}
+
+/// Finish the landing of `action`'s approved preview if a launcher began it
+/// and died (its journal is there; left alone while another launcher holds
+/// the preview). `Some` when it was finished here; `None` when there was no
+/// such landing, or only a finished one's preview was left to remove.
+fn finish_landing_if_begun(
+    store: &ApprovalStore,
+    log: &mut AuditLog,
+    action: &approval::HeldAction,
+    ctx: &HeldContext,
+    id: &str,
+    state: &Path,
+) -> Result<Option<Finished>, String> {
+    use approval::ActionState;
+    let Some(pr) = &ctx.preview else {
+        return Ok(None);
+    };
+    if !matches!(
+        action.state,
+        ActionState::Running | ActionState::Interrupted | ActionState::Done
+    ) {
+        return Ok(None);
+    }
+    match crate::workspace::overlay::resume_preview_landing(state, id, &pr.dir) {
+        // Its result was recorded before the launcher died: only the preview
+        // was left to remove.
+        Ok(Some(landed)) if action.state == ActionState::Done => {
+            landed.done();
+            Ok(None)
+        }
+        Ok(Some(landed)) => {
+            let mut receipt = Receipt::new(action.bindings.policy_digest.clone());
+            receipt.pending_id = Some(id.to_string());
+            receipt.session = Some(action.session.clone());
+            Ok(Some(finish_interrupted_landing(
+                landed,
+                pr,
+                store,
+                log,
+                receipt,
+                &action.session,
+                id,
+            )))
+        }
+        Ok(None) => Ok(None),
+        Err(e) => Err(format!(
+            "tether-exec: cannot finish the interrupted landing of {id}'s preview: {e}"
+        )),
+    }
+}
+
+/// At any start: finish the preview landings whose launcher died (see
+/// `finish_landing_if_begun`); lines for stderr. The preview's output is not
+/// replayed here: `resume` of the action returns its recorded result.
+fn recover_preview_landings(state: &Path) -> Vec<String> {
+    let ids = crate::workspace::overlay::interrupted_preview_landings(state);
+    if ids.is_empty() {
+        return Vec::new();
+    }
+    let opened = ApprovalStore::open(state)
+        .map_err(|e| e.to_string())
+        .and_then(|store| open_audit(state).map(|log| (store, log)));
+    let (store, mut log) = match opened {
+        Ok(x) => x,
+        Err(e) => {
+            return vec![format!(
+                "tether-exec: could not finish interrupted preview landings: {e}"
+            )]
+        }
+    };
+    let mut lines = Vec::new();
+    for id in ids {
+        let found = store.get(&id).map_err(|e| e.to_string()).and_then(|action| {
+            serde_json::from_str::<HeldContext>(&action.policy_json)
+                .map_err(|e| format!("its context is unreadable ({e})"))
+                .map(|ctx| (action, ctx))
+        });
+        let (action, ctx) = match found {
+            Ok(x) => x,
+            Err(e) => {
+                lines.push(format!(
+                    "tether-exec: could not finish the interrupted landing of {id}: {e}"
+                ));
+                continue;
+            }
+        };
+        match finish_landing_if_begun(&store, &mut log, &action, &ctx, &id, state) {
+            Ok(Some(done)) => lines.extend(done.stderr),
+            Ok(None) => {}
+            Err(why) => lines.push(why),
+        }
+    }
+    lines
 }
 
 /// `resume` of an action whose last resume died while landing its approved

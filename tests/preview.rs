@@ -209,3 +209,37 @@ fn a_landing_killed_midway_is_finished_by_the_next_resume_and_the_command_never_
         );
     }
 }
+
+/// The same interruption, followed by another command instead of a resume:
+/// any start finishes the landing first, so the agent's next command never
+/// sees a half-landed workspace; the action is then done.
+#[test]
+fn any_next_start_finishes_a_landing_killed_midway() {
+    let w = World::new();
+    let (id, _) = hold(&w, POLICY);
+    assert!(w.tx(&["approve", &id]).status.success());
+    let killed = w
+        .command(&["resume", &id])
+        .env("TETHER_EXEC_APPROVER_KEY", w.outside.join("approver.key"))
+        .env("TETHER_EXEC_TEST_CRASH_AT", "mid-commit")
+        .output()
+        .unwrap();
+    assert_eq!(killed.status.code(), None, "the launcher died: {}", text(&killed));
+    let notes = || std::fs::read_to_string(w.ws.join("notes.txt")).unwrap();
+    let logged = || std::fs::read_to_string(w.ws.join("runs.log")).ok();
+    // Control: half landed.
+    assert!(
+        notes() != "one\nCHANGED\n" || !exists(&w.ws.join("rnd.bin")) || logged().is_none(),
+        "the kill left the landing unfinished"
+    );
+    let o = w.tx(&["run", "--", "cat", "notes.txt", "runs.log"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(stdout(&o), "one\nCHANGED\nrun\n", "the command saw the whole landing");
+    assert!(text(&o).contains("finished landing"), "{}", text(&o));
+    assert!(exists(&w.ws.join("rnd.bin")));
+    assert!(!preview_dir_exists(&w));
+    let again = w.tx(&["resume", &id]);
+    assert_eq!(again.status.code(), Some(0), "{}", text(&again));
+    assert!(text(&again).contains("already ran"), "{}", text(&again));
+    assert_eq!(logged().as_deref(), Some("run\n"), "one run overall");
+}

@@ -443,6 +443,7 @@ pub fn preview_digest(dir: &Path) -> Result<String, WorkspaceError> {
 pub struct LandedPreview {
     dir: PathBuf,
     workspace: PathBuf,
+    link: PathBuf,
     _lock: nix::fcntl::Flock<std::fs::File>,
 }
 
@@ -450,7 +451,48 @@ impl LandedPreview {
     /// The result is on record: remove the preview, journal and all.
     pub fn done(self) {
         cleanup(&self.dir, &self.workspace);
+        let _ = std::fs::remove_file(&self.link);
     }
+}
+
+/// `<state>/landings/<action id>`: a link to each preview being landed, so
+/// that any later start finds a landing its launcher did not finish (a
+/// preview may live beside its workspace, and there may be thousands of
+/// previews waiting for approval: none of them is looked at).
+fn landing_link(state: &Path, id: &str) -> PathBuf {
+    state.join("landings").join(id)
+}
+
+/// Action ids whose preview landing began and was not finished (its journal
+/// is there and no launcher holds it). Links left by a landing that died
+/// before its journal, or by one that finished, are removed.
+pub fn interrupted_preview_landings(state: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    let Ok(rd) = std::fs::read_dir(state.join("landings")) else {
+        return found;
+    };
+    for e in rd.flatten() {
+        let Some(id) = e.file_name().to_str().map(str::to_string) else {
+            continue;
+        };
+        let Ok(dir) = std::fs::read_link(e.path()) else {
+            continue;
+        };
+        let Ok(file) = std::fs::File::open(&dir) else {
+            let _ = std::fs::remove_file(e.path());
+            continue;
+        };
+        // A live launcher is landing it.
+        let Some(_lock) = lock_exclusive(file, false) else {
+            continue;
+        };
+        if dir.join(JOURNAL).exists() {
+            found.push(id);
+        } else {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+    found
 }
 
 fn lock_preview(dir: &Path, wait: bool) -> Result<Option<nix::fcntl::Flock<std::fs::File>>, WorkspaceError> {
@@ -462,18 +504,26 @@ fn lock_preview(dir: &Path, wait: bool) -> Result<Option<nix::fcntl::Flock<std::
 /// journal, even a single rename or nothing at all: its presence is how a
 /// later `resume` knows the landing had begun.
 pub fn land_preview(
+    state: &Path,
+    id: &str,
     dir: &Path,
     workspace: &Path,
     globs: &dyn Fn() -> PathGlobs,
     drop_violations: bool,
 ) -> Result<(Outcome, LandedPreview), WorkspaceError> {
     let lock = lock_preview(dir, true)?.ok_or_else(|| err(dir, std::io::Error::other("cannot lock the preview")))?;
+    let link = landing_link(state, id);
+    let links = link.parent().expect("has a parent");
+    std::fs::create_dir_all(links).map_err(|e| err(links, e))?;
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(dir, &link).map_err(|e| err(&link, e))?;
     let out = land(dir, workspace, globs, drop_violations, SystemTime::now(), &[], true)?;
     Ok((
         out,
         LandedPreview {
             dir: dir.to_path_buf(),
             workspace: workspace.to_path_buf(),
+            link,
             _lock: lock,
         },
     ))
@@ -483,7 +533,7 @@ pub fn land_preview(
 /// journal (the steps left are applied; those done are skipped). `None` when
 /// the preview holds no journal (its landing never began) or another launcher
 /// is landing it now.
-pub fn resume_preview_landing(dir: &Path) -> Result<Option<LandedPreview>, WorkspaceError> {
+pub fn resume_preview_landing(state: &Path, id: &str, dir: &Path) -> Result<Option<LandedPreview>, WorkspaceError> {
     let journal_path = dir.join(JOURNAL);
     if !journal_path.exists() {
         return Ok(None);
@@ -509,6 +559,7 @@ pub fn resume_preview_landing(dir: &Path) -> Result<Option<LandedPreview>, Works
     Ok(Some(LandedPreview {
         dir: dir.to_path_buf(),
         workspace: journal.workspace,
+        link: landing_link(state, id),
         _lock: lock,
     }))
 }
