@@ -1046,7 +1046,20 @@ fn same_mount(a: &Path, b: &Path) -> bool {
         let c = beneath::cstr(p.as_os_str()).ok()?;
         // SAFETY: statx into a zeroed local buffer, NUL-terminated path.
         let mut st: libc::statx = unsafe { std::mem::zeroed() };
-        let r = unsafe { libc::statx(libc::AT_FDCWD, c.as_ptr(), 0, libc::STATX_MNT_ID, &mut st) };
+        // The raw system call, not glibc's `statx`: the standard library
+        // declares that one weak, and a static link leaves a weak symbol
+        // nothing else pulls in at address 0 (the shipped binary crashed
+        // here on every commit of more than one change).
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_statx,
+                libc::AT_FDCWD,
+                c.as_ptr(),
+                0,
+                libc::STATX_MNT_ID,
+                &mut st as *mut libc::statx,
+            )
+        };
         (r == 0 && st.stx_mask & libc::STATX_MNT_ID != 0).then_some(st.stx_mnt_id)
     };
     id(a).is_some() && id(a) == id(b)
