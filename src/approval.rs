@@ -586,6 +586,10 @@ impl ResumeTicket {
     pub fn action_id(&self) -> &str {
         &self.action.id
     }
+    /// This run's id (it owns the action while it runs).
+    pub fn run_id(&self) -> &str {
+        &self.run_id
+    }
     /// The stored action, as verified (its intent equals [`Current::intent`]).
     pub fn action(&self) -> &HeldAction {
         &self.action
@@ -1549,13 +1553,13 @@ impl ApprovalStore {
 }
 
 impl ApprovalStore {
-    /// Records the result of a resume whose launcher died while landing an
-    /// approved preview, once the caller has finished that landing from its
-    /// journal. The command ran exactly once (as the preview) and its effects
-    /// are now in place, so the action is done and never runs again. Only for
-    /// a run that is over: `running` with its runner gone, or `interrupted`
-    /// (its evidence was voided then; nothing is approved by this).
-    pub fn finish_interrupted_landing(&self, id: &str, result: &RecordedResult) -> Result<()> {
+    /// Records the result of a resume (run `run_id`) whose launcher died while
+    /// landing an approved preview, once the caller has finished that landing
+    /// from its journal, or given it up. The command ran exactly once (as the
+    /// preview), so the action is done and never runs again. Only for a run
+    /// that is over: `running` with its runner gone, or `interrupted` (its
+    /// evidence was voided then; nothing is approved by this).
+    pub fn finish_interrupted_landing(&self, id: &str, run_id: &str, result: &RecordedResult) -> Result<()> {
         if serde_json::from_str::<serde_json::Value>(&result.receipt_json).is_err() {
             return Err(ApprovalError::InvalidRequest(
                 "the run receipt is not valid JSON, so it was not recorded.".into(),
@@ -1581,11 +1585,13 @@ impl ApprovalStore {
                 )))
             }
         }
-        let Some(run_id) = action.run_id.as_deref() else {
-            return Err(ApprovalError::Corrupt {
-                what: format!("action {id} was interrupted but names no run"),
+        // The landing must be the one this action's last run began.
+        if action.run_id.as_deref() != Some(run_id) {
+            return Err(ApprovalError::StaleTicket {
+                id: id.to_string(),
+                detail: "the landing was begun by another run of the action".into(),
             });
-        };
+        }
         let now = now_unix_ms();
         tx.execute(
             "INSERT INTO results (action, run_id, exit_code, signal, timed_out, duration_ms, \

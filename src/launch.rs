@@ -280,7 +280,12 @@ pub fn run(req: &Request, stdin_is_tty: bool) -> Finished {
             if d.decision == Verdict::Deny {
                 Finished::new(exit::REFUSED, receipt, format!("Sandbox violation: {}", d.summary()))
             } else {
-                hold(req, &policy, &d, receipt, &mut log, stdin_is_tty)
+                // The hold's preview runs the command: on a workspace with
+                // every interrupted commit finished first, as a run would.
+                let recovered = recover(&req.state_dir);
+                let mut done = hold(req, &policy, &d, receipt, &mut log, stdin_is_tty);
+                done.stderr.splice(0..0, recovered);
+                done
             }
         }
         Verdict::Allow => {
@@ -1050,6 +1055,7 @@ pub fn resume(id: &str, state: &Path) -> Finished {
                 return Finished::new(exit::INTERNAL, receipt, e);
             }
             if let Some(pr) = &ctx.preview {
+                let run_id = ticket.run_id().to_string();
                 let (mut done, landed) = land_preview(
                     pr,
                     &policy,
@@ -1058,6 +1064,7 @@ pub fn resume(id: &str, state: &Path) -> Finished {
                     &mut log,
                     &action.session,
                     id,
+                    &run_id,
                     state,
                 );
                 let result = RecordedResult {
@@ -1126,6 +1133,7 @@ fn land_preview(
     log: &mut AuditLog,
     session: &str,
     id: &str,
+    run_id: &str,
     state: &Path,
 ) -> (Finished, Option<LandedPreview>) {
     let out = std::fs::read(pr.dir.join("stdout")).unwrap_or_default();
@@ -1133,7 +1141,12 @@ fn land_preview(
     let mut stderr = Vec::new();
     let drop = policy.on_violation() == crate::policy::OnViolation::Drop;
     let mut landed = None;
-    let code = match crate::workspace::overlay::land_preview(state, id, &pr.dir, ws, &|| policy.path_globs(), drop) {
+    let owner = crate::workspace::overlay::LandingOwner {
+        action: id.to_string(),
+        run: run_id.to_string(),
+    };
+    let code = match crate::workspace::overlay::land_preview(state, &owner, &pr.dir, ws, &|| policy.path_globs(), drop)
+    {
         Ok((o, l)) => {
             landed = Some(l);
             record_outcome(o, &mut receipt, &mut stderr, pr.exit_code)
@@ -1169,9 +1182,10 @@ fn land_preview(
 }
 
 /// Finish the landing of `action`'s approved preview if a launcher began it
-/// and died (its journal is there; left alone while another launcher holds
-/// the preview). `Some` when it was finished here; `None` when there was no
-/// such landing, or only a finished one's preview was left to remove.
+/// and died (its journal is there). `Some` when it was finished, or given up,
+/// here; `None` when there was no such landing, or only a finished one's
+/// preview was left to remove. An error, with nothing changed, while another
+/// launcher lands it or when the action is not in a state to finish it.
 fn finish_landing_if_begun(
     store: &ApprovalStore,
     log: &mut AuditLog,
@@ -1180,38 +1194,58 @@ fn finish_landing_if_begun(
     id: &str,
     state: &Path,
 ) -> Result<Option<Finished>, String> {
+    use crate::workspace::overlay::{self, PendingLanding};
     use approval::ActionState;
     let Some(pr) = &ctx.preview else {
         return Ok(None);
     };
-    if !matches!(
-        action.state,
-        ActionState::Running | ActionState::Interrupted | ActionState::Done
-    ) {
+    if !overlay::landing_begun(&pr.dir) {
         return Ok(None);
     }
-    match crate::workspace::overlay::resume_preview_landing(state, id, &pr.dir) {
-        // Its result was recorded before the launcher died: only the preview
-        // was left to remove.
-        Ok(Some(landed)) if action.state == ActionState::Done => {
-            landed.done();
-            Ok(None)
+    match action.state {
+        // Landed and on record; its launcher died before removing the
+        // preview. (A landing that failed sets its journal aside first.)
+        ActionState::Done => {
+            overlay::remove_landed_preview(state, id, &pr.dir);
+            return Ok(None);
         }
-        Ok(Some(landed)) => {
-            let mut receipt = Receipt::new(action.bindings.policy_digest.clone());
-            receipt.pending_id = Some(id.to_string());
-            receipt.session = Some(action.session.clone());
-            Ok(Some(finish_interrupted_landing(
-                landed,
-                pr,
-                store,
-                log,
-                receipt,
-                &action.session,
-                id,
-            )))
+        ActionState::Running | ActionState::Interrupted => {}
+        other => {
+            return Err(format!(
+                "tether-exec: a landing of {id}'s approved preview began and did not finish, but the action is {}; it is left as it is in {}",
+                other.as_str(),
+                pr.dir.display()
+            ))
         }
-        Ok(None) => Ok(None),
+    }
+    let mut receipt = Receipt::new(action.bindings.policy_digest.clone());
+    receipt.pending_id = Some(id.to_string());
+    receipt.session = Some(action.session.clone());
+    match overlay::resume_preview_landing(state, id, &pr.dir) {
+        Ok(PendingLanding::None) => Ok(None),
+        Ok(PendingLanding::Busy) => Err(format!(
+            "tether-exec: another tether-exec is landing {id}'s approved preview right now; nothing was changed. Try again once it is done"
+        )),
+        Ok(PendingLanding::Finished { landed, outcome, run }) => Ok(Some(finish_interrupted_landing(
+            Ok((landed, outcome)),
+            &run,
+            pr,
+            store,
+            log,
+            receipt,
+            &action.session,
+            id,
+        ))),
+        Ok(PendingLanding::Failed { error, run }) => Ok(Some(finish_interrupted_landing(
+            Err(error),
+            &run,
+            pr,
+            store,
+            log,
+            receipt,
+            &action.session,
+            id,
+        ))),
         Err(e) => Err(format!(
             "tether-exec: cannot finish the interrupted landing of {id}'s preview: {e}"
         )),
@@ -1262,12 +1296,16 @@ fn recover_preview_landings(state: &Path) -> Vec<String> {
     lines
 }
 
-/// `resume` of an action whose last resume died while landing its approved
-/// preview, after the journal showed the landing had begun: finish it, record
-/// the result (the command ran once, as the preview; nothing runs now) and
-/// replay the preview's output.
+/// An action whose last resume died while landing its approved preview,
+/// after the journal showed the landing had begun: record how it ended, the
+/// way the landing itself would have (the outcome it had decided is in the
+/// journal), and replay the preview's output. The command ran once, as the
+/// preview; nothing runs now. A landing whose rest could not be applied is
+/// recorded as failed, its journal set aside, the preview kept.
+#[allow(clippy::too_many_arguments)]
 fn finish_interrupted_landing(
-    landed: LandedPreview,
+    finished: Result<(LandedPreview, Option<crate::workspace::overlay::Outcome>), crate::workspace::WorkspaceError>,
+    run: &str,
     pr: &PreviewRecord,
     store: &ApprovalStore,
     log: &mut AuditLog,
@@ -1275,36 +1313,52 @@ fn finish_interrupted_landing(
     session: &str,
     id: &str,
 ) -> Finished {
-    // The landing's own outcome died with it; the preview's is what it landed.
-    let code = if pr.violations.is_empty() {
-        pr.exit_code
-    } else {
-        exit::REFUSED
-    };
     receipt.decision = Some(Verdict::Allow);
-    receipt.exit_code = Some(code);
-    receipt.changes = Some(crate::receipt::Changes {
-        added: pr.added.clone(),
-        modified: pr.modified.clone(),
-        deleted: pr.deleted.clone(),
-    });
+    let mut stderr = Vec::new();
     let mut rec = AuditEntry::new(EntryKind::Commit);
+    let (code, landed) = match finished {
+        Ok((landed, outcome)) => {
+            stderr.push(format!(
+                "tether-exec: finished landing {id}'s approved preview, which an earlier resume began and did not finish; the command did not run again"
+            ));
+            let code = match outcome {
+                Some(o) => record_outcome(o, &mut receipt, &mut stderr, pr.exit_code),
+                // A journal of an older build: what the preview held.
+                None => {
+                    receipt.changes = Some(crate::receipt::Changes {
+                        added: pr.added.clone(),
+                        modified: pr.modified.clone(),
+                        deleted: pr.deleted.clone(),
+                    });
+                    pr.exit_code
+                }
+            };
+            rec.detail = Some(format!(
+                "finished the interrupted landing of the approved preview {}",
+                pr.digest
+            ));
+            (code, Some(landed))
+        }
+        Err(e) => {
+            stderr.push(format!(
+                "tether-exec: the landing of {id}'s approved preview, begun by an earlier resume, cannot be finished: {e}. What landed stays; the preview is kept in {}, and nothing will retry it",
+                pr.dir.display()
+            ));
+            rec.detail = Some(format!(
+                "gave up the interrupted landing of the approved preview {}: {e}",
+                pr.digest
+            ));
+            (exit::INTERNAL, None)
+        }
+    };
+    receipt.exit_code = Some(code);
     rec.session = Some(session.to_string());
     rec.approval_id = Some(id.to_string());
     rec.policy_digest = Some(receipt.policy_digest.clone());
     rec.exit_code = Some(code);
-    rec.detail = Some(format!(
-        "finished the interrupted landing of the approved preview {}",
-        pr.digest
-    ));
-    let mut stderr = vec![format!(
-        "tether-exec: finished landing {id}'s approved preview, which an earlier resume began and did not finish; the command did not run again"
-    )];
     match log.append(rec) {
         Ok(seq) => receipt.audit_seq = Some(seq),
-        Err(e) => stderr.push(format!(
-            "tether-exec: the landing is finished, but it could not be audited: {e}"
-        )),
+        Err(e) => stderr.push(format!("tether-exec: and this could not be audited: {e}")),
     }
     let out = std::fs::read(pr.dir.join("stdout")).unwrap_or_default();
     let err = std::fs::read(pr.dir.join("stderr")).unwrap_or_default();
@@ -1315,10 +1369,14 @@ fn finish_interrupted_landing(
         duration_ms: 0,
         receipt_json: serde_json::to_string(&receipt).unwrap_or_default(),
     };
-    match store.finish_interrupted_landing(id, &result) {
-        Ok(()) => landed.done(),
+    match store.finish_interrupted_landing(id, run, &result) {
+        Ok(()) => {
+            if let Some(l) = landed {
+                l.done();
+            }
+        }
         Err(e) => stderr.push(format!(
-            "tether-exec: the landing is finished, but its result could not be recorded: {e}; `tether-exec resume {id}` records it"
+            "tether-exec: the landing ended, but its result could not be recorded: {e}"
         )),
     }
     Finished {

@@ -243,3 +243,240 @@ fn any_next_start_finishes_a_landing_killed_midway() {
     assert!(text(&again).contains("already ran"), "{}", text(&again));
     assert_eq!(logged().as_deref(), Some("run\n"), "one run overall");
 }
+
+/// `tether-exec resume ID` killed at `at` (debug builds' crash hook).
+fn resume_killed_at(w: &World, id: &str, at: &str) {
+    let killed = w
+        .command(&["resume", id])
+        .env("TETHER_EXEC_APPROVER_KEY", w.outside.join("approver.key"))
+        .env("TETHER_EXEC_TEST_CRASH_AT", at)
+        .output()
+        .unwrap();
+    assert_eq!(killed.status.code(), None, "{at}: the launcher died: {}", text(&killed));
+}
+
+fn action_state(w: &World, id: &str) -> String {
+    let v: serde_json::Value = serde_json::from_slice(&w.tx(&["show", id, "--json"]).stdout).unwrap();
+    v["action"]["state"].as_str().unwrap_or_default().to_string()
+}
+
+/// Two held actions with the same effects, in two workspaces sharing a state
+/// directory, have previews of their own: finishing one's interrupted
+/// landing never lands the other's, nor records the other as done.
+#[test]
+fn two_actions_with_the_same_effects_never_share_a_landing() {
+    let w = World::new();
+    let ws2 = w.outside.join("ws2");
+    std::fs::create_dir_all(&ws2).unwrap();
+    std::fs::write(ws2.join("notes.txt"), "one\ntwo\n").unwrap();
+    let (a, _) = hold(&w, POLICY);
+    let p = w.policy(POLICY);
+    let o = w
+        .command(&[
+            "run",
+            "--policy",
+            p.to_str().unwrap(),
+            "-c",
+            "sed -i s/two/CHANGED/ notes.txt && echo run >> runs.log",
+        ])
+        .current_dir(&ws2)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(75), "{}", text(&o));
+    let b = held_id(&String::from_utf8_lossy(&o.stderr));
+    let o = w
+        .command(&[
+            "run",
+            "--policy",
+            p.to_str().unwrap(),
+            "-c",
+            "sed -i s/two/CHANGED/ notes.txt && echo run >> runs.log",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(75), "{}", text(&o));
+    let c = held_id(&String::from_utf8_lossy(&o.stderr));
+    assert_ne!(preview_dir(&w, &b), preview_dir(&w, &c), "same effects, own previews");
+    for id in [&a, &b] {
+        assert!(w.tx(&["approve", id]).status.success());
+    }
+    resume_killed_at(&w, &a, "after-journal");
+    let o = w.command(&["resume", &b]).current_dir(&ws2).output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(
+        std::fs::read_to_string(ws2.join("notes.txt")).unwrap(),
+        "one\nCHANGED\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws2.join("runs.log")).unwrap(),
+        "run\n",
+        "B landed in its own workspace"
+    );
+    assert_eq!(
+        std::fs::read_to_string(w.ws.join("notes.txt")).unwrap(),
+        "one\nCHANGED\n",
+        "A's landing was finished (by B's start), in A's workspace"
+    );
+    assert_eq!(action_state(&w, &a), "done");
+    assert_eq!(action_state(&w, &c), "pending", "C is untouched");
+    assert!(
+        preview_dir(&w, &c).join("upper/runs.log").exists(),
+        "C's preview is intact"
+    );
+}
+
+/// While a landing is unfinished, its action can be neither approved nor
+/// rejected (either would strand the half-landed workspace), and proposing
+/// the command again finishes it first: the new preview starts from the
+/// whole landing, and the old one is not lost.
+#[test]
+fn an_unfinished_landing_blocks_approve_and_reject_and_a_new_proposal_finishes_it() {
+    let w = World::new();
+    let (id, _) = hold(&w, POLICY);
+    assert!(w.tx(&["approve", &id]).status.success());
+    resume_killed_at(&w, &id, "mid-commit");
+    for args in [
+        vec!["approve", id.as_str()],
+        vec!["reject", id.as_str(), "--reason", "no"],
+    ] {
+        let o = w.tx(&args);
+        assert_eq!(o.status.code(), Some(77), "{args:?}: {}", text(&o));
+        assert!(text(&o).contains("finishes it"), "{}", text(&o));
+    }
+    assert!(
+        preview_dir(&w, &id).join("journal.json").exists(),
+        "the landing is still there to finish"
+    );
+    let p = w.policy(POLICY);
+    let o = w.tx(&["run", "--policy", p.to_str().unwrap(), "-c", SCRIPT]);
+    assert_eq!(o.status.code(), Some(75), "{}", text(&o));
+    assert!(text(&o).contains("finished landing"), "{}", text(&o));
+    assert_eq!(action_state(&w, &id), "done");
+    assert_eq!(std::fs::read_to_string(w.ws.join("runs.log")).unwrap(), "run\n");
+    let again = held_id(&String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        std::fs::read_to_string(preview_dir(&w, &again).join("upper/runs.log")).unwrap(),
+        "run\nrun\n",
+        "the new preview ran on the whole landing"
+    );
+}
+
+/// A landing that fails after its journal (a directory it lands into was
+/// moved away meanwhile) is recorded as failed and never finished later,
+/// unasked, over what the person does next.
+#[test]
+fn a_failed_landing_is_not_finished_later_over_the_persons_edits() {
+    let w = World::new();
+    w.write("notes.txt", "one\ntwo\n");
+    w.write("sub/keep", "");
+    let p = w.policy("require_approval_for = [\"sed\"]\ndefault = \"allow\"\n");
+    let o = w.tx(&[
+        "run",
+        "--policy",
+        p.to_str().unwrap(),
+        "-c",
+        "sed -i s/two/CHANGED/ notes.txt && echo agent > sub/x && echo agent > zz.txt",
+    ]);
+    assert_eq!(o.status.code(), Some(75), "{}", text(&o));
+    let id = held_id(&String::from_utf8_lossy(&o.stderr));
+    assert!(w.tx(&["approve", &id]).status.success());
+    let pause = w.root.path().join("paused");
+    let child = w
+        .command(&["resume", &id])
+        .env("TETHER_EXEC_APPROVER_KEY", w.outside.join("approver.key"))
+        .env("TETHER_EXEC_TEST_PAUSE_AT", "after-journal")
+        .env("TETHER_EXEC_TEST_PAUSE_FILE", &pause)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for(&pause);
+    std::fs::rename(w.ws.join("sub"), w.outside.join("sub-moved")).unwrap();
+    std::fs::remove_file(&pause).unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(125), "the landing failed: {}", text(&o));
+    std::fs::rename(w.outside.join("sub-moved"), w.ws.join("sub")).unwrap();
+    w.write("zz.txt", "HUMAN WORK");
+    let o = w.tx(&["run", "--", "cat", "zz.txt"]);
+    assert_eq!(stdout(&o), "HUMAN WORK", "{}", text(&o));
+    assert!(!exists(&w.ws.join("sub/x")));
+    let again = w.tx(&["resume", &id]);
+    assert!(text(&again).contains("already ran"), "{}", text(&again));
+    assert!(preview_dir(&w, &id).exists(), "the preview stays for the person to see");
+}
+
+/// A landing that cannot be finished after its launcher died (a directory it
+/// lands into is gone) is given up once, recorded, and never retried: no
+/// action stuck between states, no error on every later start.
+#[test]
+fn an_interrupted_landing_that_cannot_be_finished_is_given_up_once() {
+    let w = World::new();
+    w.write("notes.txt", "one\ntwo\n");
+    w.write("sub/keep", "");
+    let p = w.policy("require_approval_for = [\"sed\"]\ndefault = \"allow\"\n");
+    let o = w.tx(&[
+        "run",
+        "--policy",
+        p.to_str().unwrap(),
+        "-c",
+        "sed -i s/two/CHANGED/ notes.txt && echo agent > sub/x",
+    ]);
+    let id = held_id(&String::from_utf8_lossy(&o.stderr));
+    assert!(w.tx(&["approve", &id]).status.success());
+    resume_killed_at(&w, &id, "after-journal");
+    std::fs::rename(w.ws.join("sub"), w.outside.join("sub-moved")).unwrap();
+    let o = w.tx(&["resume", &id]);
+    assert_eq!(o.status.code(), Some(125), "{}", text(&o));
+    assert!(text(&o).contains("cannot be finished"), "{}", text(&o));
+    assert_eq!(action_state(&w, &id), "done");
+    let later = w.tx(&["run", "--", "true"]);
+    assert_eq!(later.status.code(), Some(0), "{}", text(&later));
+    assert!(
+        !text(&later).contains("landing"),
+        "no error on later starts: {}",
+        text(&later)
+    );
+}
+
+/// A landing finished after its launcher died reports what the landing had
+/// decided, as the landing itself would have: in drop mode, the refused
+/// path is named as rolled back and the exit code is the preview's.
+#[test]
+fn a_finished_landing_reports_what_the_landing_decided() {
+    let policy = "require_approval_for = [\"sed\"]\ndefault = \"allow\"\noverlay = true\non_violation = \"drop\"\nwritable_globs = [\"notes.txt\"]\n";
+    let script = "sed -i s/two/CHANGED/ notes.txt && python3 -c 'open(\"other.txt\", \"w\").write(\"x\")'";
+    let normal = {
+        let w = World::new();
+        w.write("notes.txt", "one\ntwo\n");
+        let p = w.policy(policy);
+        let o = w.tx(&["run", "--policy", p.to_str().unwrap(), "-c", script]);
+        let id = held_id(&String::from_utf8_lossy(&o.stderr));
+        assert!(w.tx(&["approve", &id]).status.success());
+        w.tx(&["resume", &id, "--receipt", w.outside.join("r.json").to_str().unwrap()])
+    };
+    let w = World::new();
+    w.write("notes.txt", "one\ntwo\n");
+    let p = w.policy(policy);
+    let o = w.tx(&["run", "--policy", p.to_str().unwrap(), "-c", script]);
+    let id = held_id(&String::from_utf8_lossy(&o.stderr));
+    assert!(w.tx(&["approve", &id]).status.success());
+    resume_killed_at(&w, &id, "after-landing");
+    let recovered = w.tx(&["resume", &id]);
+    assert_eq!(
+        recovered.status.code(),
+        normal.status.code(),
+        "{}\n---\n{}",
+        text(&recovered),
+        text(&normal)
+    );
+    assert!(
+        text(&recovered).contains("other.txt"),
+        "the dropped path is named: {}",
+        text(&recovered)
+    );
+    assert!(!exists(&w.ws.join("other.txt")));
+    assert_eq!(
+        std::fs::read_to_string(w.ws.join("notes.txt")).unwrap(),
+        "one\nCHANGED\n"
+    );
+}

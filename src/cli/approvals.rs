@@ -166,11 +166,36 @@ fn trust_on_first_use(st: &ApprovalStore, key: &ApproverKey) -> Result<(), i32> 
     }
 }
 
+/// An action whose approved preview a resume began to land, and did not
+/// finish, is finished by the next start (`resume`): neither approved nor
+/// rejected over it, which would leave its workspace half landed.
+fn refuse_while_landing(st: &ApprovalStore, id: &str, verb: &str) -> Result<(), i32> {
+    let Ok(a) = st.get(id) else {
+        return Ok(()); // the store's own call says what is wrong
+    };
+    let dir = serde_json::from_str::<HeldContext>(&a.policy_json)
+        .ok()
+        .and_then(|c| c.preview)
+        .map(|p| p.dir);
+    match dir {
+        Some(d) if crate::workspace::overlay::landing_begun(&d) => {
+            error_line(&format!(
+                "{id} cannot be {verb} now: a resume began landing its approved preview and did not finish; `tether-exec resume {id}` finishes it"
+            ));
+            Err(exit::REFUSED)
+        }
+        _ => Ok(()),
+    }
+}
+
 pub fn approve(state: &Path, id: &str) -> i32 {
     let (st, key) = match (store(state), key()) {
         (Ok(s), Ok(k)) => (s, k),
         (Err(c), _) | (_, Err(c)) => return c,
     };
+    if let Err(c) = refuse_while_landing(&st, id, "approved") {
+        return c;
+    }
     if let Err(c) = trust_on_first_use(&st, &key) {
         return c;
     }
@@ -205,6 +230,9 @@ pub fn reject(state: &Path, id: &str, reason: &str) -> i32 {
         (Ok(s), Ok(k)) => (s, k),
         (Err(c), _) | (_, Err(c)) => return c,
     };
+    if let Err(c) = refuse_while_landing(&st, id, "rejected") {
+        return c;
+    }
     if let Err(c) = trust_on_first_use(&st, &key) {
         return c;
     }

@@ -76,10 +76,16 @@ pub enum Op {
 struct Journal {
     workspace: PathBuf,
     ops: Vec<Op>,
+    /// A preview's landing: who began it, and what it decided (replayed when
+    /// a later start finishes it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    owner: Option<LandingOwner>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    outcome: Option<Outcome>,
 }
 
 /// What the capture holds, classified.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
 pub struct Outcome {
     pub added: Vec<String>,
     pub modified: Vec<String>,
@@ -94,6 +100,8 @@ pub struct Outcome {
 
 const LOCK: &str = "lock";
 const JOURNAL: &str = "journal.json";
+/// A preview's journal whose landing failed and was given up.
+const FAILED_JOURNAL: &str = "journal.failed.json";
 
 fn err(path: &Path, e: std::io::Error) -> WorkspaceError {
     WorkspaceError::Read {
@@ -298,7 +306,7 @@ impl Capture {
             drop_violations,
             self.started,
             &rels,
-            false,
+            None,
         );
         // Landed or rolled back, the capture is gone; an error keeps it (and
         // its link) for the next start to finish.
@@ -360,10 +368,15 @@ impl Capture {
                 .map_or_else(|| state.join("previews"), |r| r.join("previews")),
             None => state.join("previews"),
         };
-        let dest = previews.join(&digest[7..39]);
-        std::fs::create_dir_all(dest.parent().expect("has a parent")).map_err(|e| err(&dest, e))?;
-        if dest.exists() {
-            remove_capture(&dest);
+        // One directory per held action, even for two with the same effects
+        // (the digest covers only what they wrote and printed): a landing or
+        // a discard of one never touches another's. Never replaces anything.
+        let mut suffix = [0u8; 8];
+        getrandom::fill(&mut suffix).map_err(|e| err(&previews, std::io::Error::other(e.to_string())))?;
+        let dest = previews.join(format!("{}-{}", &digest[7..39], crate::policy::hex(&suffix)));
+        std::fs::create_dir_all(&previews).map_err(|e| err(&previews, e))?;
+        if std::fs::symlink_metadata(&dest).is_ok() {
+            return Err(err(&dest, std::io::Error::from(std::io::ErrorKind::AlreadyExists)));
         }
         std::fs::rename(&self.dir, &dest).map_err(|e| err(&self.dir, e))?;
         self.unlink();
@@ -439,7 +452,7 @@ pub fn preview_digest(dir: &Path) -> Result<String, WorkspaceError> {
 /// [`resume_preview_landing`]. Its journal stays until [`LandedPreview::done`]:
 /// the caller records the action's result first, so that a launcher killed
 /// in between leaves a journal that says the landing was decided, and the
-/// next `resume` finishes it instead of asking for a fresh approval.
+/// next start finishes it instead of asking for a fresh approval.
 pub struct LandedPreview {
     dir: PathBuf,
     workspace: PathBuf,
@@ -453,6 +466,14 @@ impl LandedPreview {
         cleanup(&self.dir, &self.workspace);
         let _ = std::fs::remove_file(&self.link);
     }
+}
+
+/// Who began a preview's landing: the action and its run (the resume that
+/// consumed the approval). Recovery finishes a landing only for them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LandingOwner {
+    pub action: String,
+    pub run: String,
 }
 
 /// `<state>/landings/<action id>`: a link to each preview being landed, so
@@ -495,78 +516,165 @@ pub fn interrupted_preview_landings(state: &Path) -> Vec<String> {
     found
 }
 
+/// Whether a landing of the preview in `dir` began and has not been finished
+/// (or given up): its journal is there.
+pub fn landing_begun(dir: &Path) -> bool {
+    dir.join(JOURNAL).exists()
+}
+
 fn lock_preview(dir: &Path, wait: bool) -> Result<Option<nix::fcntl::Flock<std::fs::File>>, WorkspaceError> {
     let file = std::fs::File::open(dir).map_err(|e| err(dir, e))?;
     Ok(lock_exclusive(file, wait))
 }
 
+/// A landing that failed after its journal: the journal is set aside (kept
+/// in the preview, renamed) so that nothing applies the rest later, unasked,
+/// over whatever the person does next; the preview stays for them to see.
+fn give_up_landing(dir: &Path, link: &Path) {
+    let _ = std::fs::rename(dir.join(JOURNAL), dir.join(FAILED_JOURNAL));
+    let _ = std::fs::remove_file(link);
+}
+
 /// Land a kept preview exactly as captured (nothing runs). Always through a
 /// journal, even a single rename or nothing at all: its presence is how a
-/// later `resume` knows the landing had begun.
+/// later start knows the landing had begun.
+#[allow(clippy::too_many_arguments)]
 pub fn land_preview(
     state: &Path,
-    id: &str,
+    owner: &LandingOwner,
     dir: &Path,
     workspace: &Path,
     globs: &dyn Fn() -> PathGlobs,
     drop_violations: bool,
 ) -> Result<(Outcome, LandedPreview), WorkspaceError> {
     let lock = lock_preview(dir, true)?.ok_or_else(|| err(dir, std::io::Error::other("cannot lock the preview")))?;
-    let link = landing_link(state, id);
+    if landing_begun(dir) {
+        return Err(err(
+            dir,
+            std::io::Error::other("a landing of this preview began before and is not finished"),
+        ));
+    }
+    let link = landing_link(state, &owner.action);
     let links = link.parent().expect("has a parent");
     std::fs::create_dir_all(links).map_err(|e| err(links, e))?;
     let _ = std::fs::remove_file(&link);
     std::os::unix::fs::symlink(dir, &link).map_err(|e| err(&link, e))?;
-    let out = land(dir, workspace, globs, drop_violations, SystemTime::now(), &[], true)?;
-    Ok((
-        out,
-        LandedPreview {
-            dir: dir.to_path_buf(),
-            workspace: workspace.to_path_buf(),
-            link,
-            _lock: lock,
-        },
-    ))
+    match land(
+        dir,
+        workspace,
+        globs,
+        drop_violations,
+        SystemTime::now(),
+        &[],
+        Some(owner),
+    ) {
+        Ok(out) => Ok((
+            out,
+            LandedPreview {
+                dir: dir.to_path_buf(),
+                workspace: workspace.to_path_buf(),
+                link,
+                _lock: lock,
+            },
+        )),
+        Err(e) => {
+            give_up_landing(dir, &link);
+            Err(e)
+        }
+    }
+}
+
+/// What [`resume_preview_landing`] found.
+pub enum PendingLanding {
+    /// No landing began (no journal), or one finished meanwhile.
+    None,
+    /// Another launcher holds the preview: it is landing it now.
+    Busy,
+    /// Finished from the journal: the outcome its lander had decided, and
+    /// the run that began it.
+    Finished {
+        landed: LandedPreview,
+        outcome: Option<Outcome>,
+        run: String,
+    },
+    /// The rest could not be applied; the journal is set aside, so nothing
+    /// retries it later unasked.
+    Failed { error: WorkspaceError, run: String },
 }
 
 /// Finish the landing of a preview whose lander died after writing its
-/// journal (the steps left are applied; those done are skipped). `None` when
-/// the preview holds no journal (its landing never began) or another launcher
-/// is landing it now.
-pub fn resume_preview_landing(state: &Path, id: &str, dir: &Path) -> Result<Option<LandedPreview>, WorkspaceError> {
+/// journal (the steps left are applied; those done are skipped), if the
+/// journal names `id` as the action that began it.
+pub fn resume_preview_landing(state: &Path, id: &str, dir: &Path) -> Result<PendingLanding, WorkspaceError> {
     let journal_path = dir.join(JOURNAL);
     if !journal_path.exists() {
-        return Ok(None);
+        return Ok(PendingLanding::None);
     }
-    // Busy: a live launcher is landing it now (the store says so to the
-    // caller). Gone, or its journal gone: that launcher finished meanwhile.
+    // Gone, or its journal gone: its lander finished meanwhile.
     let lock = match std::fs::File::open(dir) {
         Ok(f) => lock_exclusive(f, false),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(PendingLanding::None),
         Err(e) => return Err(err(dir, e)),
     };
     let Some(lock) = lock else {
-        return Ok(None);
+        return Ok(PendingLanding::Busy);
     };
     let text = match std::fs::read(&journal_path) {
         Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(PendingLanding::None),
         Err(e) => return Err(err(&journal_path, e)),
     };
     let journal: Journal = serde_json::from_slice(&text)
         .map_err(|e| err(&journal_path, std::io::Error::new(std::io::ErrorKind::InvalidData, e)))?;
-    apply(dir, &journal)?;
-    Ok(Some(LandedPreview {
-        dir: dir.to_path_buf(),
-        workspace: journal.workspace,
-        link: landing_link(state, id),
-        _lock: lock,
-    }))
+    let Some(owner) = journal.owner.clone().filter(|o| o.action == id) else {
+        return Err(err(
+            &journal_path,
+            std::io::Error::other(format!("this landing was not begun by {id}; left alone")),
+        ));
+    };
+    let link = landing_link(state, id);
+    if let Err(error) = apply(dir, &journal) {
+        give_up_landing(dir, &link);
+        return Ok(PendingLanding::Failed { error, run: owner.run });
+    }
+    Ok(PendingLanding::Finished {
+        landed: LandedPreview {
+            dir: dir.to_path_buf(),
+            workspace: journal.workspace,
+            link,
+            _lock: lock,
+        },
+        outcome: journal.outcome,
+        run: owner.run,
+    })
 }
 
-/// Throw a preview away (a rejected action).
+/// A finished landing whose result is on record but whose preview was not
+/// removed yet (its launcher died in between): remove it, applying nothing.
+pub fn remove_landed_preview(state: &Path, id: &str, dir: &Path) {
+    let Ok(Some(lock)) = lock_preview(dir, false) else {
+        return;
+    };
+    let workspace = std::fs::read(dir.join(JOURNAL))
+        .ok()
+        .and_then(|t| serde_json::from_slice::<Journal>(&t).ok())
+        .map(|j| j.workspace);
+    if let Some(ws) = workspace {
+        cleanup(dir, &ws);
+    }
+    let _ = std::fs::remove_file(landing_link(state, id));
+    drop(lock);
+}
+
+/// Throw a preview away (a rejected action). Not one being landed, or whose
+/// landing began: that one is finished by the next start.
 pub fn discard_preview(dir: &Path) {
-    remove_capture(dir);
+    let Ok(Some(_lock)) = lock_preview(dir, false) else {
+        return;
+    };
+    if !landing_begun(dir) {
+        remove_capture(dir);
+    }
 }
 
 /// Classify a capture directory and land it, or not.
@@ -579,7 +687,7 @@ fn land(
     drop_violations: bool,
     started: SystemTime,
     subtrees: &[&Path],
-    keep: bool,
+    preview: Option<&LandingOwner>,
 ) -> Result<Outcome, WorkspaceError> {
     {
         let mut out = Outcome::default();
@@ -608,17 +716,19 @@ fn land(
         };
         let mut ops: Vec<Op> = ops.into_iter().map(|(op, _)| op).collect();
         objects_first(&mut ops, subtrees);
-        if keep {
+        if let Some(owner) = preview {
             // A preview: the journal, even of nothing, records that the
             // landing began; the caller removes the preview (`LandedPreview`).
+            out.committed = out.violations.is_empty() || !ops.is_empty();
             let journal = Journal {
                 workspace: workspace.to_path_buf(),
                 ops,
+                owner: Some(owner.clone()),
+                outcome: Some(out.clone()),
             };
             write_journal(dir, &journal)?;
             crash_point("after-journal");
             apply(dir, &journal)?;
-            out.committed = out.violations.is_empty() || !journal.ops.is_empty();
             crash_point("after-landing");
             return Ok(out);
         }
@@ -639,6 +749,8 @@ fn land(
             let journal = Journal {
                 workspace: workspace.to_path_buf(),
                 ops,
+                owner: None,
+                outcome: None,
             };
             write_journal(dir, &journal)?;
             crash_point("after-journal");
