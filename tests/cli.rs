@@ -143,3 +143,54 @@ fn root_runs_a_workspace_it_does_not_own_as_its_owner() {
     std::thread::sleep(std::time::Duration::from_millis(500));
     assert_eq!(size(), before, "the sandbox outlived its launcher");
 }
+
+/// `doctor` mounts an overlay the way a run does, with its layers in the
+/// state directory: it says so when that works, and names the problem and
+/// the fix when the state directory is on a filesystem overlayfs refuses as
+/// an upper layer (here an overlayfs itself, in a private namespace).
+#[test]
+fn doctor_tries_an_overlay_in_the_state_directory() {
+    let w = World::new();
+    let o = Command::new(bin())
+        .arg("--state-dir")
+        .arg(&w.state)
+        .args(["doctor", "--json"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let overlay = |v: &serde_json::Value| {
+        v["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["check"] == "overlayfs in a user namespace")
+            .cloned()
+            .expect("an overlay check")
+    };
+    let c = overlay(&v);
+    assert_eq!(c["ok"], true, "{c}");
+    assert!(std::fs::read_dir(&w.state).unwrap().all(|e| !e
+        .unwrap()
+        .file_name()
+        .to_string_lossy()
+        .starts_with("overlay-probe")));
+    // Control: an overlayfs is no upper layer for another.
+    for d in ["l", "u", "w", "m"] {
+        std::fs::create_dir_all(w.outside.join(d)).unwrap();
+    }
+    let o = Command::new("unshare")
+        .args(["-Urm", "sh", "-c"])
+        .arg(format!(
+            "mount -t overlay o -o lowerdir={0}/l,upperdir={0}/u,workdir={0}/w,userxattr {0}/m && exec \"$0\" --state-dir {0}/m/state doctor --json",
+            w.outside.display()
+        ))
+        .arg(bin())
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|_| panic!("{}", text(&o)));
+    let c = overlay(&v);
+    assert_eq!(c["ok"], false, "{c}");
+    assert_eq!(v["ok"], false);
+    assert!(c["advice"].as_str().unwrap().contains("state directory"), "{c}");
+    assert_eq!(o.status.code(), Some(125));
+}

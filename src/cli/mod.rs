@@ -213,7 +213,7 @@ pub fn main() -> i32 {
             with_state(cli.state_dir, |s| audit::show(s, json, session.as_deref(), since))
         }
         Command::Check { spec, json } => check(&spec, json),
-        Command::Doctor { json } => doctor(json),
+        Command::Doctor { json } => doctor(json, cli.state_dir),
         Command::Policy(PolicyCommand::Validate { files }) => policy_validate(&files),
         Command::Policy(PolicyCommand::Narrow { parent, child }) => policy_narrow(&parent, &child),
     }
@@ -348,7 +348,7 @@ fn read_trim(p: &str) -> Option<String> {
     std::fs::read_to_string(p).ok().map(|s| s.trim().to_string())
 }
 
-fn doctor(json: bool) -> i32 {
+fn doctor(json: bool, state_dir: Option<PathBuf>) -> i32 {
     use serde_json::json;
     let mut checks = Vec::new();
     let mut ok_all = true;
@@ -395,6 +395,19 @@ fn doctor(json: bool) -> i32 {
             crate::sandbox::seccomp::CONDITIONAL.len()
         ),
         "report a bug: the filter failed to compile",
+    );
+    let state = crate::state::resolve(state_dir).and_then(|s| crate::state::ensure(&s));
+    let overlay = match &state {
+        Ok(s) => {
+            crate::sandbox::apply::probe_overlay(s).map(|()| format!("mounted one with its layers in {}", s.display()))
+        }
+        Err(e) => Err(e.to_string()),
+    };
+    check(
+        "overlayfs in a user namespace",
+        overlay.is_ok(),
+        overlay.unwrap_or_else(|e| e),
+        "needed for a writable run in a git repository (its .git is an overlay) and for overlay = true: Linux 5.11+, and a state directory (--state-dir or TETHER_EXEC_STATE_DIR) on a filesystem overlayfs takes as an upper layer (ext4, xfs, btrfs; tmpfs on 6.6+)",
     );
     let v1 = std::path::Path::new("/sys/fs/cgroup/pids").is_dir();
     let v2 = read_trim("/sys/fs/cgroup/cgroup.controllers").is_some_and(|c| c.split_whitespace().any(|x| x == "pids"));

@@ -88,6 +88,116 @@ pub struct Outcome {
     pub hold_init: Option<OwnedFd>,
 }
 
+/// Whether an overlay can be mounted, the way a run mounts one (in a new user
+/// and mount namespace, `userxattr`), with its layers in a fresh directory
+/// under `dir` (the state directory: a run's upper layers live on its
+/// filesystem). For `doctor`: a git repository's `.git` and `overlay = true`
+/// need it. The mount happens in a forked child and dies with it.
+pub fn probe_overlay(dir: &Path) -> Result<(), String> {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let base = dir.join(format!("overlay-probe-{}-{nanos}", std::process::id()));
+    let made = ["lower", "upper", "work", "merged"]
+        .iter()
+        .try_for_each(|d| std::fs::create_dir_all(base.join(d)));
+    let result = match made {
+        Err(e) => Err(format!("cannot make the probe's directories in {}: {e}", dir.display())),
+        Ok(()) => mount_overlay_in_child(&base),
+    };
+    // overlayfs leaves `work/work` unreadable to its owner.
+    let _ = std::fs::set_permissions(
+        base.join("work/work"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    );
+    let _ = std::fs::remove_dir_all(&base);
+    result
+}
+
+fn mount_overlay_in_child(base: &Path) -> Result<(), String> {
+    let (uid, gid) = (nix::unistd::geteuid().as_raw(), nix::unistd::getegid().as_raw());
+    let options = path_c(Path::new(&format!(
+        "lowerdir={},upperdir={},workdir={},userxattr",
+        base.join("lower").display(),
+        base.join("upper").display(),
+        base.join("work").display()
+    )));
+    let merged = path_c(&base.join("merged"));
+    let (overlay, root) = (cstr("overlay"), cstr("/"));
+    // SAFETY: fork in a single-threaded process (doctor); the child only
+    // makes system calls on data prepared before the fork, then `_exit`s.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(format!("fork: {}", errno()));
+    }
+    if pid == 0 {
+        let code = (|| -> Result<(), i32> {
+            let os_err = || std::io::Error::last_os_error().raw_os_error().unwrap_or(1);
+            // SAFETY: unshare with namespace flags only.
+            if unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) } != 0 {
+                return Err(-os_err());
+            }
+            let maps = [
+                ("/proc/self/uid_map", format!("0 {uid} 1\n")),
+                ("/proc/self/setgroups", "deny\n".to_string()),
+                ("/proc/self/gid_map", format!("0 {gid} 1\n")),
+            ];
+            for (file, text) in maps {
+                std::fs::write(file, text).map_err(|e| -e.raw_os_error().unwrap_or(1))?;
+            }
+            // SAFETY: mount(2) with NUL-terminated strings that outlive the
+            // calls: first this namespace's mounts made private, so nothing
+            // propagates to the host, then the overlay.
+            unsafe {
+                if libc::mount(
+                    std::ptr::null(),
+                    root.as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_REC | libc::MS_PRIVATE,
+                    std::ptr::null(),
+                ) != 0
+                {
+                    return Err(-os_err());
+                }
+                if libc::mount(
+                    overlay.as_ptr(),
+                    merged.as_ptr(),
+                    overlay.as_ptr(),
+                    0,
+                    options.as_ptr() as *const libc::c_void,
+                ) != 0
+                {
+                    return Err(os_err());
+                }
+            }
+            Ok(())
+        })();
+        // SAFETY: leaving the forked child without running destructors.
+        unsafe {
+            libc::_exit(match code {
+                Ok(()) => 0,
+                Err(e) => e.clamp(-127, 127) + 128,
+            })
+        };
+    }
+    let mut status = 0;
+    // SAFETY: waitpid on our own child with a valid status pointer.
+    if unsafe { libc::waitpid(pid, &mut status, 0) } != pid || !libc::WIFEXITED(status) {
+        return Err("the probe's child did not exit normally".into());
+    }
+    match libc::WEXITSTATUS(status) as i32 - 128 {
+        -128 => Ok(()),
+        e if e < 0 => Err(format!(
+            "cannot make a user and mount namespace to try it in: {}",
+            std::io::Error::from_raw_os_error(-e)
+        )),
+        e => Err(format!(
+            "the kernel refused the overlay: {}",
+            std::io::Error::from_raw_os_error(e)
+        )),
+    }
+}
+
 /// The Landlock ABI this kernel offers (0 if none).
 pub fn landlock_abi() -> u8 {
     // SAFETY: landlock_create_ruleset with a NULL attr, size 0 and the VERSION
