@@ -26,7 +26,9 @@ TETHER_EXEC_BIN="$shipped" cargo test --tests --no-fail-fast -- --exact \
   --skip an_unfinished_landing_blocks_approve_and_reject_and_a_new_proposal_finishes_it \
   --skip a_failed_landing_is_not_finished_later_over_the_persons_edits \
   --skip an_interrupted_landing_that_cannot_be_finished_is_given_up_once \
-  --skip a_finished_landing_reports_what_the_landing_decided
+  --skip a_finished_landing_reports_what_the_landing_decided \
+  --skip a_landing_whose_start_the_store_lost_is_given_up_once \
+  --skip a_finished_landing_moves_the_workspace_generation_on
 
 scripts/test-python.sh
 scripts/approval-demo.sh >/dev/null && echo "approval demo: ok"

@@ -77,16 +77,19 @@
 //! index over the awaiting states keeps [`ApprovalStore::pending`] proportional
 //! to the awaiting actions, not to history; lookups by id use the primary key.
 //!
-//! No commit waits for an fsync. With `NORMAL` a commit survives the death
-//! of the process that made it, killed or crashed, at any point; only the
-//! operating system going down (a power cut, a kernel panic) can undo the
+//! Most commits do not wait for an fsync. With `NORMAL` a commit survives the
+//! death of the process that made it, killed or crashed, at any point; only
+//! the operating system going down (a power cut, a kernel panic) can undo the
 //! last commits. That always ends in a new boot, and every approval is bound
 //! to the environment instance, which names the boot (`/proc/sys/kernel/
-//! random/boot_id`): after it no held action can be resumed, with or without
-//! the lost commits. A nonce whose consumption was lost belongs to evidence
-//! that can never match again; so do proposal counts that went back. An
-//! fsync per commit would buy nothing here, at 0.15–0.4 ms each (one in every
-//! `run` with a session, where the proposal is counted).
+//! random/boot_id`, required): after it no held action can be resumed, with
+//! or without the lost commits. A nonce whose consumption was lost belongs to
+//! evidence that can never match again; so do proposal counts that went
+//! back. An fsync there would buy nothing, at 0.15–0.4 ms each (one in every
+//! `run` with a session, where the proposal is counted). Two commits are
+//! fsynced, because durable state outside the store depends on them: a
+//! resume's start (a preview landing's journal names its run) and trusting
+//! a key (trust on first use must not pass to the next key after a crash).
 //!
 //! # Limits of the threat model
 //!
@@ -997,8 +1000,18 @@ impl ApprovalStore {
     }
 
     /// A write transaction (taking the write lock at once, so that a check
-    /// and the write it allows are one step).
+    /// and the write it allows are one step), not fsynced (see "Storage").
     fn immediate(&self, context: &'static str) -> Result<Transaction<'_>> {
+        self.conn.execute_batch("PRAGMA synchronous = NORMAL").db(context)?;
+        Transaction::new_unchecked(&self.conn, TransactionBehavior::Immediate).db(context)
+    }
+
+    /// A write transaction on disk before it returns (fsync), for the two
+    /// commits other durable state depends on: a resume's start (a preview's
+    /// landing journal, fsynced, names the run it records) and the first
+    /// trusted key (trust on first use must not pass to the next key).
+    fn immediate_durable(&self, context: &'static str) -> Result<Transaction<'_>> {
+        self.conn.execute_batch("PRAGMA synchronous = FULL").db(context)?;
         Transaction::new_unchecked(&self.conn, TransactionBehavior::Immediate).db(context)
     }
 
@@ -1168,7 +1181,7 @@ impl ApprovalStore {
             });
         }
         let key_id = key_id_for(public_key);
-        let tx = self.immediate("trusting an approver")?;
+        let tx = self.immediate_durable("trusting an approver")?;
         match trusted_key(&tx, &key_id)? {
             Some(existing) if existing == *public_key => {}
             Some(_) => return Err(ApprovalError::TrustConflict { key_id }),
@@ -1312,7 +1325,7 @@ impl ApprovalStore {
     /// documentation; at most one caller ever receives [`Resume::Run`] for a
     /// given set of approvals.
     pub fn begin_resume(&self, id: &str, current: &Current, now_unix_ms: u64) -> Result<Resume> {
-        let tx = self.immediate("resuming an action")?;
+        let tx = self.immediate_durable("resuming an action")?;
         let action = load_action(&tx, id)?;
 
         // 1. Terminal and in-flight states.

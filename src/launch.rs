@@ -1153,7 +1153,8 @@ fn land_preview(
         }
         Err(e) => {
             stderr.push(format!(
-                "tether-exec: could not land the preview: {e}; `tether-exec resume {id}` finishes the landing if it began"
+                "tether-exec: could not land the preview: {e}. What landed of it stays; the preview is kept in {}, and nothing will retry it",
+                pr.dir.display()
             ));
             exit::INTERNAL
         }
@@ -1210,12 +1211,15 @@ fn finish_landing_if_begun(
             return Ok(None);
         }
         ActionState::Running | ActionState::Interrupted => {}
+        // Only if the store lost the commit that began the landing (a power
+        // cut). Given up once: nothing to finish it for.
         other => {
+            overlay::give_up_preview_landing(state, id, &pr.dir);
             return Err(format!(
-                "tether-exec: a landing of {id}'s approved preview began and did not finish, but the action is {}; it is left as it is in {}",
+                "tether-exec: a landing of {id}'s approved preview began and did not finish, but the action is {}, so it is given up: what landed stays, and the preview is kept in {}",
                 other.as_str(),
                 pr.dir.display()
-            ))
+            ));
         }
     }
     let mut receipt = Receipt::new(action.bindings.policy_digest.clone());
@@ -1233,8 +1237,8 @@ fn finish_landing_if_begun(
             store,
             log,
             receipt,
-            &action.session,
-            id,
+            (&action.session, id),
+            (state, &ctx.workspace),
         ))),
         Ok(PendingLanding::Failed { error, run }) => Ok(Some(finish_interrupted_landing(
             Err(error),
@@ -1243,9 +1247,13 @@ fn finish_landing_if_begun(
             store,
             log,
             receipt,
-            &action.session,
-            id,
+            (&action.session, id),
+            (state, &ctx.workspace),
         ))),
+        Ok(PendingLanding::SetAside(why)) => Err(format!(
+            "tether-exec: a landing of {id}'s approved preview began and did not finish, and {why}, so it is given up: what landed stays, and the preview is kept in {}",
+            pr.dir.display()
+        )),
         Err(e) => Err(format!(
             "tether-exec: cannot finish the interrupted landing of {id}'s preview: {e}"
         )),
@@ -1310,8 +1318,8 @@ fn finish_interrupted_landing(
     store: &ApprovalStore,
     log: &mut AuditLog,
     mut receipt: Receipt,
-    session: &str,
-    id: &str,
+    (session, id): (&str, &str),
+    (state, ws): (&Path, &Path),
 ) -> Finished {
     receipt.decision = Some(Verdict::Allow);
     let mut stderr = Vec::new();
@@ -1351,6 +1359,11 @@ fn finish_interrupted_landing(
             (exit::INTERNAL, None)
         }
     };
+    // As after any landing: approvals bound to the workspace before it no
+    // longer hold.
+    if let Err(e) = crate::workspace::bump_generation(state, ws) {
+        receipt.error = Some(e.to_string());
+    }
     receipt.exit_code = Some(code);
     rec.session = Some(session.to_string());
     rec.approval_id = Some(id.to_string());

@@ -17,6 +17,9 @@ pub enum StateError {
         #[source]
         source: std::io::Error,
     },
+    /// Approvals bind the boot: without its id they could outlive one.
+    #[error("cannot read this boot's id from /proc/sys/kernel/random/boot_id ({0}); approvals are bound to it, so none can be held or resumed")]
+    NoBootId(std::io::Error),
 }
 
 /// The invoking account's home directory, from the password database (not `$HOME`).
@@ -123,7 +126,10 @@ pub fn env_instance_id(state_dir: &std::path::Path, workspace: &std::path::Path)
                 .to_string()
         }
     };
-    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").map_err(StateError::NoBootId)?;
+    if boot.trim().is_empty() {
+        return Err(StateError::NoBootId(std::io::Error::other("it is empty")));
+    }
     let mut h = Sha256::new();
     h.update(boot.trim().as_bytes());
     h.update([0]);

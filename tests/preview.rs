@@ -480,3 +480,73 @@ fn a_finished_landing_reports_what_the_landing_decided() {
         "one\nCHANGED\n"
     );
 }
+
+/// The store lost the commit that began a landing (a power cut undoes the
+/// last commits; here the database is put back as it was before the
+/// resume), but the landing's journal survived: the landing cannot be
+/// finished for an action that reads as approved. It is given up once, with
+/// the preview kept, and nothing is stuck: later starts are quiet, and the
+/// action can be approved or rejected again.
+#[test]
+fn a_landing_whose_start_the_store_lost_is_given_up_once() {
+    let w = World::new();
+    let (id, _) = hold(&w, POLICY);
+    assert!(w.tx(&["approve", &id]).status.success());
+    let snapshot = w.outside.join("store-before-resume");
+    std::fs::create_dir_all(&snapshot).unwrap();
+    let store_files = || {
+        std::fs::read_dir(&w.state)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("approvals.sqlite"))
+            .collect::<Vec<_>>()
+    };
+    for f in store_files() {
+        std::fs::copy(&f, snapshot.join(f.file_name().unwrap())).unwrap();
+    }
+    resume_killed_at(&w, &id, "mid-commit");
+    for f in store_files() {
+        std::fs::remove_file(f).unwrap();
+    }
+    for e in std::fs::read_dir(&snapshot).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), w.state.join(e.file_name())).unwrap();
+    }
+    assert_eq!(
+        action_state(&w, &id),
+        "approved",
+        "control: the store forgot the resume"
+    );
+    let o = w.tx(&["run", "--", "true"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("given up"), "{}", text(&o));
+    let later = w.tx(&["run", "--", "true"]);
+    assert!(!text(&later).contains("landing"), "once: {}", text(&later));
+    assert!(preview_dir(&w, &id).exists(), "the preview is kept");
+    let o = w.tx(&["reject", &id, "--reason", "the landing was cut short"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(action_state(&w, &id), "rejected");
+}
+
+/// Finishing an interrupted landing moves the workspace's generation on, as
+/// any landing does: approvals bound to the workspace before it are void.
+#[test]
+fn a_finished_landing_moves_the_workspace_generation_on() {
+    let generations = |w: &World| -> Vec<String> {
+        let dir = w.state.join("generations");
+        std::fs::read_dir(&dir)
+            .map(|d| {
+                d.map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap().trim().to_string())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let w = World::new();
+    let (id, _) = hold(&w, POLICY);
+    assert!(w.tx(&["approve", &id]).status.success());
+    let before = generations(&w);
+    resume_killed_at(&w, &id, "after-landing");
+    assert_eq!(generations(&w), before, "control: the killed landing did not move it");
+    assert_eq!(w.tx(&["resume", &id]).status.code(), Some(0));
+    assert_ne!(generations(&w), before, "the finished landing moved it on");
+}

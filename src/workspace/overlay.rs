@@ -600,6 +600,9 @@ pub enum PendingLanding {
     /// The rest could not be applied; the journal is set aside, so nothing
     /// retries it later unasked.
     Failed { error: WorkspaceError, run: String },
+    /// The journal does not name this action (an older build's, or another
+    /// action's): set aside unapplied, with why.
+    SetAside(String),
 }
 
 /// Finish the landing of a preview whose lander died after writing its
@@ -626,13 +629,13 @@ pub fn resume_preview_landing(state: &Path, id: &str, dir: &Path) -> Result<Pend
     };
     let journal: Journal = serde_json::from_slice(&text)
         .map_err(|e| err(&journal_path, std::io::Error::new(std::io::ErrorKind::InvalidData, e)))?;
-    let Some(owner) = journal.owner.clone().filter(|o| o.action == id) else {
-        return Err(err(
-            &journal_path,
-            std::io::Error::other(format!("this landing was not begun by {id}; left alone")),
-        ));
-    };
     let link = landing_link(state, id);
+    let Some(owner) = journal.owner.clone().filter(|o| o.action == id) else {
+        give_up_landing(dir, &link);
+        return Ok(PendingLanding::SetAside(format!(
+            "its journal does not name {id} as the action that began it"
+        )));
+    };
     if let Err(error) = apply(dir, &journal) {
         give_up_landing(dir, &link);
         return Ok(PendingLanding::Failed { error, run: owner.run });
@@ -647,6 +650,15 @@ pub fn resume_preview_landing(state: &Path, id: &str, dir: &Path) -> Result<Pend
         outcome: journal.outcome,
         run: owner.run,
     })
+}
+
+/// Set aside, unapplied, the journal of a landing that cannot be finished
+/// for the action's state (the store lost the commit that began it): what
+/// landed stays, the preview is kept, and nothing retries it unasked.
+pub fn give_up_preview_landing(state: &Path, id: &str, dir: &Path) {
+    if let Ok(Some(_lock)) = lock_preview(dir, false) {
+        give_up_landing(dir, &landing_link(state, id));
+    }
 }
 
 /// A finished landing whose result is on record but whose preview was not
