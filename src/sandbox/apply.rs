@@ -116,26 +116,24 @@ pub fn probe_overlay(dir: &Path) -> Result<(), String> {
 
 fn mount_overlay_in_child(base: &Path) -> Result<(), String> {
     let (uid, gid) = (nix::unistd::geteuid().as_raw(), nix::unistd::getegid().as_raw());
-    let options = path_c(Path::new(&format!(
-        "lowerdir={},upperdir={},workdir={},userxattr",
-        base.join("lower").display(),
-        base.join("upper").display(),
-        base.join("work").display()
-    )));
-    let merged = path_c(&base.join("merged"));
-    let (overlay, root) = (cstr("overlay"), cstr("/"));
-    // SAFETY: fork in a single-threaded process (doctor); the child only
-    // makes system calls on data prepared before the fork, then `_exit`s.
+    // Layers named relative to `base` (the child's working directory), so
+    // that no character of the state directory's path can break the options.
+    let options = cstr("lowerdir=lower,upperdir=upper,workdir=work,userxattr");
+    let (base_c, merged, overlay, root) = (path_c(base), cstr("merged"), cstr("overlay"), cstr("/"));
+    // SAFETY: fork in a single-threaded process (doctor); the child makes
+    // system calls and small allocations, then `_exit`s.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
         return Err(format!("fork: {}", errno()));
     }
     if pid == 0 {
-        let code = (|| -> Result<(), i32> {
-            let os_err = || std::io::Error::last_os_error().raw_os_error().unwrap_or(1);
+        // 0: mounted; 1–127: the namespace failed (errno); 128+: the mount
+        // failed (128 + errno, clamped).
+        let code = (|| -> Result<(), (bool, i32)> {
+            let os_err = |e: std::io::Error| e.raw_os_error().unwrap_or(1);
             // SAFETY: unshare with namespace flags only.
             if unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) } != 0 {
-                return Err(-os_err());
+                return Err((false, os_err(errno())));
             }
             let maps = [
                 ("/proc/self/uid_map", format!("0 {uid} 1\n")),
@@ -143,57 +141,58 @@ fn mount_overlay_in_child(base: &Path) -> Result<(), String> {
                 ("/proc/self/gid_map", format!("0 {gid} 1\n")),
             ];
             for (file, text) in maps {
-                std::fs::write(file, text).map_err(|e| -e.raw_os_error().unwrap_or(1))?;
+                std::fs::write(file, text).map_err(|e| (false, os_err(e)))?;
             }
-            // SAFETY: mount(2) with NUL-terminated strings that outlive the
-            // calls: first this namespace's mounts made private, so nothing
-            // propagates to the host, then the overlay.
+            // SAFETY: chdir and mount(2) with NUL-terminated strings that
+            // outlive the calls: this namespace's mounts made private first,
+            // so nothing propagates to the host, then the overlay.
             unsafe {
-                if libc::mount(
-                    std::ptr::null(),
-                    root.as_ptr(),
-                    std::ptr::null(),
-                    libc::MS_REC | libc::MS_PRIVATE,
-                    std::ptr::null(),
-                ) != 0
+                if libc::chdir(base_c.as_ptr()) != 0
+                    || libc::mount(
+                        std::ptr::null(),
+                        root.as_ptr(),
+                        std::ptr::null(),
+                        libc::MS_REC | libc::MS_PRIVATE,
+                        std::ptr::null(),
+                    ) != 0
                 {
-                    return Err(-os_err());
+                    return Err((false, os_err(errno())));
                 }
                 if libc::mount(
                     overlay.as_ptr(),
                     merged.as_ptr(),
                     overlay.as_ptr(),
-                    0,
+                    libc::MS_NOSUID | libc::MS_NODEV,
                     options.as_ptr() as *const libc::c_void,
                 ) != 0
                 {
-                    return Err(os_err());
+                    return Err((true, os_err(errno())));
                 }
             }
             Ok(())
         })();
-        // SAFETY: leaving the forked child without running destructors.
-        unsafe {
-            libc::_exit(match code {
-                Ok(()) => 0,
-                Err(e) => e.clamp(-127, 127) + 128,
-            })
+        let status = match code {
+            Ok(()) => 0,
+            Err((false, e)) => e.clamp(1, 127),
+            Err((true, e)) => 128 + e.clamp(0, 127),
         };
+        // SAFETY: leaving the forked child without running destructors.
+        unsafe { libc::_exit(status) };
     }
     let mut status = 0;
     // SAFETY: waitpid on our own child with a valid status pointer.
     if unsafe { libc::waitpid(pid, &mut status, 0) } != pid || !libc::WIFEXITED(status) {
         return Err("the probe's child did not exit normally".into());
     }
-    match libc::WEXITSTATUS(status) as i32 - 128 {
-        -128 => Ok(()),
-        e if e < 0 => Err(format!(
+    match libc::WEXITSTATUS(status) {
+        0 => Ok(()),
+        e @ 1..=127 => Err(format!(
             "cannot make a user and mount namespace to try it in: {}",
-            std::io::Error::from_raw_os_error(-e)
+            std::io::Error::from_raw_os_error(e)
         )),
         e => Err(format!(
             "the kernel refused the overlay: {}",
-            std::io::Error::from_raw_os_error(e)
+            std::io::Error::from_raw_os_error(e - 128)
         )),
     }
 }
