@@ -1057,7 +1057,7 @@ impl ApprovalStore {
             Some(s) => s,
             None => new_session_id(&tx)?,
         };
-        let position = bump_proposals(&tx, &session, now)?;
+        let position = bump_proposals(&tx, &session, now)? + appended_proposals(self.state_dir(), &session)?;
         let mut attempt = 0;
         let id = loop {
             let id = random_id("apr_", 8)?;
@@ -1105,19 +1105,22 @@ impl ApprovalStore {
         Ok(held)
     }
 
-    /// Counts one proposal (one run, held or not) in `session` and returns the
-    /// session's new proposal count. Unknown sessions start at zero.
+    /// Counts one proposal (one run, held or not) in `session` (see
+    /// [`record_proposal`]) and returns the session's new proposal count.
+    /// Unknown sessions start at zero.
     pub fn record_proposal(&self, session: &str) -> Result<u64> {
-        validate_session(session)?;
-        let tx = self.immediate("recording a proposal")?;
-        let n = bump_proposals(&tx, session, now_unix_ms())?;
-        tx.commit().db("committing the proposal count")?;
-        Ok(n)
+        record_proposal(self.state_dir(), session)?;
+        self.session_proposals(session)
     }
 
-    /// The session's proposal count (0 for an unknown session).
+    /// The session's proposal count (0 for an unknown session): holds,
+    /// counted in the database, and the other runs, in the session's file.
     pub fn session_proposals(&self, session: &str) -> Result<u64> {
-        proposals_of(&self.conn, session)
+        Ok(proposals_of(&self.conn, session)? + appended_proposals(self.state_dir(), session)?)
+    }
+
+    fn state_dir(&self) -> &Path {
+        self.path.parent().unwrap_or(Path::new("."))
     }
 
     /// Actions waiting for a human: pending, frozen (approval expired) and
@@ -1219,7 +1222,8 @@ impl ApprovalStore {
                 verb: "approved",
             });
         }
-        let proposals_now = proposals_of(&tx, &action.held.session)?;
+        let proposals_now =
+            proposals_of(&tx, &action.held.session)? + appended_proposals(self.state_dir(), &action.held.session)?;
         for ev in current_evidence(&tx, &action)? {
             if ev.key_id != key_id {
                 continue;
@@ -1792,6 +1796,61 @@ fn bump_proposals(conn: &Connection, session: &str, now: u64) -> Result<u64> {
         )
         .db("counting a proposal")?;
     Ok(i2u(n))
+}
+
+/// `<state>/proposals/<digest of the session id>`: one byte per proposal.
+fn proposal_file(state_dir: &Path, session: &str) -> PathBuf {
+    state_dir.join("proposals").join(&sha256_hex(session.as_bytes())[..32])
+}
+
+/// Counts one proposal of `session` that is not a hold (holds are counted in
+/// the database, in the hold's own transaction): one byte appended to the
+/// session's file. A run with a session counts its proposal this way, with
+/// no database to open: `O_APPEND` makes concurrent runs each add their
+/// byte, and, like every commit of the store, the byte survives a killed
+/// process and only a new boot could lose it, after which no approval holds.
+pub fn record_proposal(state_dir: &Path, session: &str) -> Result<()> {
+    validate_session(session)?;
+    let path = proposal_file(state_dir, session);
+    let io = |source| ApprovalError::Io {
+        action: "count the proposal",
+        path: path.clone(),
+        source,
+    };
+    let open = || {
+        OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)
+    };
+    let mut f = match open() {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(path.parent().expect("has a parent"))
+                .map_err(io)?;
+            open()
+        }
+        other => other,
+    }
+    .map_err(io)?;
+    f.write_all(b"1").map_err(io)
+}
+
+fn appended_proposals(state_dir: &Path, session: &str) -> Result<u64> {
+    let path = proposal_file(state_dir, session);
+    match std::fs::symlink_metadata(&path) {
+        Ok(m) => Ok(m.len()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
+        Err(source) => Err(ApprovalError::Io {
+            action: "read the proposal count",
+            path,
+            source,
+        }),
+    }
 }
 
 fn proposals_of(conn: &Connection, session: &str) -> Result<u64> {

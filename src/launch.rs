@@ -259,9 +259,9 @@ pub fn run(req: &Request, stdin_is_tty: bool) -> Finished {
         let seq = append(&mut log, rec)?;
         if let Some(s) = &req.session {
             if verdict != Verdict::Ask {
-                // Every proposal of a session counts toward approvals' proposal expiry.
-                ApprovalStore::open(&req.state_dir)
-                    .and_then(|st| st.record_proposal(s))
+                // Every proposal of a session counts toward approvals'
+                // proposal expiry (a byte appended; no database opened).
+                approval::record_proposal(&req.state_dir, s)
                     .map_err(|e| format!("tether-exec: cannot count the proposal, so nothing runs: {e}"))?;
             }
         }

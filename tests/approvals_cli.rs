@@ -267,3 +267,49 @@ fn receipts_carry_the_pending_id_and_the_isolation() {
     assert!(v["policy_digest"].as_str().unwrap().starts_with("sha256:"));
     assert!(v["audit_seq"].as_u64().unwrap() >= 1);
 }
+
+/// Every run of a session counts as one of its proposals, held or not, and
+/// concurrent runs lose none: a hold after them has the next position, and
+/// the count an approval's proposal expiry is measured against includes them.
+#[test]
+fn every_run_of_a_session_is_counted_as_a_proposal() {
+    let w = World::new();
+    let p = w.policy(POLICY);
+    let runs: Vec<_> = (0..8)
+        .map(|_| {
+            w.command(&[
+                "run",
+                "--policy",
+                p.to_str().unwrap(),
+                "--session",
+                "ses_test",
+                "--",
+                "ls",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+        })
+        .collect();
+    for mut r in runs {
+        assert!(r.wait().unwrap().success());
+    }
+    let id = hold(&w, &p, "rm -rf build");
+    let v: serde_json::Value = serde_json::from_slice(&w.tx(&["show", &id, "--json"]).stdout).unwrap();
+    assert_eq!(v["action"]["position"], 9, "{v}");
+    // Another session's runs are its own.
+    let o = w.tx(&[
+        "run",
+        "--policy",
+        p.to_str().unwrap(),
+        "--session",
+        "ses_other",
+        "--",
+        "ls",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let id = hold(&w, &p, "rm -rf build2");
+    let v: serde_json::Value = serde_json::from_slice(&w.tx(&["show", &id, "--json"]).stdout).unwrap();
+    assert_eq!(v["action"]["position"], 10, "{v}");
+}
