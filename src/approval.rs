@@ -70,6 +70,11 @@
 //!
 //! # Storage
 //!
+//! A session's proposals are counted in two places whose sum is the count:
+//! holds in the database, in the hold's own transaction (its position), and
+//! every other run as one byte appended to `<state_dir>/proposals/<digest>`
+//! ([`record_proposal`]), so that a run with a session opens no database.
+//!
 //! `<state_dir>/approvals.sqlite` (directory `0700`, file `0600`), WAL mode,
 //! a busy timeout so writers queue instead of failing, `synchronous=NORMAL`,
 //! and a schema versioned by
@@ -85,8 +90,7 @@
 //! random/boot_id`, required): after it no held action can be resumed, with
 //! or without the lost commits. A nonce whose consumption was lost belongs to
 //! evidence that can never match again; so do proposal counts that went
-//! back. An fsync there would buy nothing, at 0.15–0.4 ms each (one in every
-//! `run` with a session, where the proposal is counted). Two commits are
+//! back. An fsync there would buy nothing, at 0.15–0.4 ms each. Two commits are
 //! fsynced, because durable state outside the store depends on them: a
 //! resume's start (a preview landing's journal names its run) and trusting
 //! a key (trust on first use must not pass to the next key after a crash).
