@@ -150,7 +150,7 @@ const WAL_LIMIT_BYTES: u64 = 256 * 1024;
 /// index by reading every frame of the log, and, having forgotten how much
 /// was already copied back, never starts the log over: left alone it grows
 /// with every command and so does the cost of opening it. So the process
-/// that closes a database whose WAL has passed [`WAL_LIMIT_BYTES`] copies it
+/// that closes a database whose WAL has passed `WAL_LIMIT_BYTES` copies it
 /// back and truncates it (`wal_checkpoint(TRUNCATE)`), without waiting: if
 /// another process is using the database, a later one does it.
 pub fn keep_wal_short(conn: &rusqlite::Connection, db: &std::path::Path) {
