@@ -450,6 +450,25 @@ fn recover(state: &Path) -> Vec<String> {
     lines
 }
 
+/// A capture made before it is known whether its run starts: discarded
+/// unless taken (a refused or rejected resume leaves none behind, which the
+/// next start would otherwise report as an interrupted run's).
+struct UnusedCapture(Option<Capture>);
+
+impl UnusedCapture {
+    fn take(&mut self) -> Option<Capture> {
+        self.0.take()
+    }
+}
+
+impl Drop for UnusedCapture {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.take() {
+            c.discard();
+        }
+    }
+}
+
 /// The audit log a run records its end in.
 enum Audit<'a> {
     /// Open, and everything before the start is on record (resume).
@@ -965,13 +984,18 @@ pub fn resume(id: &str, state: &Path) -> Finished {
         Ok(b) => b,
         Err(e) => return refused(&mut log, receipt, exit::INTERNAL, e),
     };
-    let capture = match capture_for(&policy, state, &ctx.workspace) {
-        Ok(c) => c,
-        Err(e) => return refused(&mut log, receipt, exit::INTERNAL, e),
-    };
-    let (plan, env_before) = match plan_for(&policy, &ctx.workspace, &cwd, argv, state, capture.as_ref()) {
-        Ok(p) => p,
-        Err(e) => return refused(&mut log, receipt, exit::INTERNAL, e),
+    // A preview lands what was captured: nothing runs, no sandbox is planned.
+    let (mut capture, prepared) = if ctx.preview.is_some() {
+        (UnusedCapture(None), None)
+    } else {
+        let capture = match capture_for(&policy, state, &ctx.workspace) {
+            Ok(c) => UnusedCapture(c),
+            Err(e) => return refused(&mut log, receipt, exit::INTERNAL, e),
+        };
+        match plan_for(&policy, &ctx.workspace, &cwd, argv, state, capture.0.as_ref()) {
+            Ok(p) => (capture, Some(p)),
+            Err(e) => return refused(&mut log, receipt, exit::INTERNAL, e),
+        }
     };
     current_bindings.policy_digest = current_policy.digest();
     if let Some(pr) = &ctx.preview {
@@ -1089,6 +1113,13 @@ pub fn resume(id: &str, state: &Path) -> Finished {
                 done.stderr.splice(0..0, recovered);
                 return done;
             }
+            let Some((plan, env_before)) = prepared else {
+                return Finished::new(
+                    exit::INTERNAL,
+                    receipt,
+                    "tether-exec: internal error: no plan for the run".to_string(),
+                );
+            };
             let stdin = ticket.stdin().to_vec();
             let mut done = execute(
                 &plan,
@@ -1099,7 +1130,7 @@ pub fn resume(id: &str, state: &Path) -> Finished {
                 Some(action.session.clone()),
                 Some(id.to_string()),
                 state,
-                capture,
+                capture.take(),
                 env_before,
             );
             done.stderr.splice(0..0, recovered);

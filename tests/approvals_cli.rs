@@ -313,3 +313,39 @@ fn every_run_of_a_session_is_counted_as_a_proposal() {
     let v: serde_json::Value = serde_json::from_slice(&w.tx(&["show", &id, "--json"]).stdout).unwrap();
     assert_eq!(v["action"]["position"], 10, "{v}");
 }
+
+/// In a git repository a run's git directory is captured; a resume that does
+/// not run (here: not approved yet), or lands a preview instead of running,
+/// leaves no capture behind, which the next start would report as an
+/// interrupted run's.
+#[test]
+fn a_resume_that_runs_nothing_leaves_no_capture_behind() {
+    let w = World::new();
+    host_git(&w, &["init", "-q"]);
+    w.write("a.txt", "a\n");
+    host_git(&w, &["add", "a.txt"]);
+    host_git(&w, &["commit", "-qm", "a"]);
+    let overlays = |w: &World| {
+        std::fs::read_dir(w.state.join("overlays"))
+            .map(|d| d.count())
+            .unwrap_or(0)
+    };
+    for policy in [
+        "require_approval_for = [{ prefix = \"touch\", preview = false }]\ndefault = \"allow\"\n",
+        "require_approval_for = [\"touch\"]\ndefault = \"allow\"\n",
+    ] {
+        let p = w.policy(policy);
+        let o = w.tx(&["run", "--policy", p.to_str().unwrap(), "-c", "touch held"]);
+        assert_eq!(o.status.code(), Some(75), "{}", text(&o));
+        let id = held_id(&String::from_utf8_lossy(&o.stderr));
+        assert_eq!(w.tx(&["resume", &id]).status.code(), Some(75), "not approved yet");
+        assert_eq!(overlays(&w), 0, "{policy}: a refused resume");
+        assert!(w.tx(&["approve", &id]).status.success());
+        let o = w.tx(&["resume", &id]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        assert_eq!(overlays(&w), 0, "{policy}: a resume that ran or landed");
+        let next = w.tx(&["run", "--", "true"]);
+        assert!(!text(&next).contains("discarded"), "{}", text(&next));
+        std::fs::remove_file(w.ws.join("held")).unwrap();
+    }
+}
