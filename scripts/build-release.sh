@@ -18,7 +18,7 @@ weak_pulled_in="-C link-arg=-Wl,--undefined=statx -C link-arg=-Wl,--undefined=co
 cargo rustc --release --bin tether-exec -q -- -C target-feature=+crt-static $weak_pulled_in
 bin="$PWD/target/release/tether-exec"
 if ! file -b "$bin" 2>/dev/null | grep -q 'static'; then
-  ldd "$bin" 2>&1 | grep -q 'not a dynamic executable' || { echo "build-release: $bin is not static" >&2; exit 1; }
+  ldd "$bin" 2>&1 | grep -qE 'not a dynamic executable|statically linked' || { echo "build-release: $bin is not static" >&2; exit 1; }
 fi
 if nm "$bin" 2>/dev/null | grep -qE ' w (statx|copy_file_range|gettid)$'; then
   echo "build-release: $bin still has a weak C library symbol at address 0" >&2; exit 1

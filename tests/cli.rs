@@ -157,6 +157,7 @@ fn doctor_tries_an_overlay_in_the_state_directory() {
         .arg("--state-dir")
         .arg(&state)
         .args(["doctor", "--json"])
+        .current_dir(&w.ws)
         .output()
         .unwrap();
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
@@ -183,7 +184,7 @@ fn doctor_tries_an_overlay_in_the_state_directory() {
     let o = Command::new("unshare")
         .args(["-Urm", "sh", "-c"])
         .arg(format!(
-            "mount -t overlay o -o lowerdir={0}/l,upperdir={0}/u,workdir={0}/w,userxattr {0}/m && exec \"$0\" --state-dir {0}/m/state doctor --json",
+            "mount -t overlay o -o lowerdir={0}/l,upperdir={0}/u,workdir={0}/w,userxattr {0}/m && mkdir {0}/m/ws && cd {0}/m/ws && exec \"$0\" --state-dir {0}/m/state doctor --json",
             w.outside.display()
         ))
         .arg(bin())
@@ -195,4 +196,31 @@ fn doctor_tries_an_overlay_in_the_state_directory() {
     assert_eq!(v["ok"], false);
     assert!(c["advice"].as_str().unwrap().contains("state directory"), "{c}");
     assert_eq!(o.status.code(), Some(125));
+    // The same state directory with a git repository on another filesystem:
+    // its runs may keep their layers beside it instead (as root, or where no
+    // one else can rename its parents). Whatever doctor says, a run there
+    // bears it out.
+    host_git(&w, &["init", "-q"]);
+    w.write("a.txt", "a\n");
+    host_git(&w, &["add", "a.txt"]);
+    host_git(&w, &["commit", "-qm", "a"]);
+    let o = Command::new("unshare")
+        .args(["-Urm", "sh", "-c"])
+        .arg(format!(
+            "mount -t overlay o -o lowerdir={0}/l,upperdir={0}/u,workdir={0}/w,userxattr {0}/m && cd {1} && \"$0\" --state-dir {0}/m/state doctor --json > {0}/doctor.json; \"$0\" --state-dir {0}/m/state run -- touch made",
+            w.outside.display(),
+            w.ws.display()
+        ))
+        .arg(bin())
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(w.outside.join("doctor.json")).unwrap()).unwrap();
+    let c = overlay(&v);
+    assert_eq!(
+        c["ok"] == true,
+        o.status.success(),
+        "doctor said {c}, a run in the repository said: {}",
+        text(&o)
+    );
+    assert_eq!(exists(&w.ws.join("made")), o.status.success());
 }

@@ -550,3 +550,28 @@ fn a_finished_landing_moves_the_workspace_generation_on() {
     assert_eq!(w.tx(&["resume", &id]).status.code(), Some(0));
     assert_ne!(generations(&w), before, "the finished landing moved it on");
 }
+
+/// A landing journal that cannot be read (a power cut can keep the rename
+/// of a journal written without fsync, and lose its bytes) is given up once,
+/// not retried on every start with the action stuck.
+#[test]
+fn an_unreadable_landing_journal_is_given_up_once() {
+    let w = World::new();
+    let (id, _) = hold(&w, POLICY);
+    assert!(w.tx(&["approve", &id]).status.success());
+    resume_killed_at(&w, &id, "after-landing");
+    let journal = preview_dir(&w, &id).join("journal.json");
+    std::fs::write(&journal, b"").unwrap();
+    let o = w.tx(&["run", "--", "true"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("given up"), "{}", text(&o));
+    let later = w.tx(&["run", "--", "true"]);
+    assert!(!text(&later).contains("landing"), "once: {}", text(&later));
+    let o = w.tx(&["reject", &id, "--reason", "cut short"]);
+    assert!(
+        o.status.code() == Some(0) || text(&o).contains("can no longer be rejected"),
+        "{}",
+        text(&o)
+    );
+    assert!(!text(&o).contains("finishes it"), "not stuck: {}", text(&o));
+}

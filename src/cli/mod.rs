@@ -396,10 +396,25 @@ fn doctor(json: bool, state_dir: Option<PathBuf>) -> i32 {
         ),
         "report a bug: the filter failed to compile",
     );
+    // Where a run in this directory keeps its overlays' upper layers: the
+    // state directory, or beside the workspace when that is on another
+    // filesystem.
     let state = crate::state::resolve(state_dir).and_then(|s| crate::state::ensure(&s));
     let overlay = match &state {
         Ok(s) => {
-            crate::sandbox::apply::probe_overlay(s).map(|()| format!("mounted one with its layers in {}", s.display()))
+            let cwd = std::env::current_dir().unwrap_or_else(|_| s.clone());
+            // Not in `overlays/` itself, which every start scans for captures.
+            let (root, beside) = crate::workspace::overlay::capture_root(s, &cwd);
+            let root = if beside { root } else { s.clone() };
+            let made = std::fs::create_dir_all(&root).map_err(|e| format!("cannot create {}: {e}", root.display()));
+            made.and_then(|()| crate::sandbox::apply::probe_overlay(&root))
+                .map(|()| {
+                    format!(
+                        "mounted one with its layers in {}, where runs here keep theirs",
+                        root.display()
+                    )
+                })
+                .map_err(|e| format!("{e} (layers in {}, where runs here keep theirs)", root.display()))
         }
         Err(e) => Err(e.to_string()),
     };
@@ -407,7 +422,7 @@ fn doctor(json: bool, state_dir: Option<PathBuf>) -> i32 {
         "overlayfs in a user namespace",
         overlay.is_ok(),
         overlay.unwrap_or_else(|e| e),
-        "needed for a writable run in a git repository (its .git is an overlay) and for overlay = true: Linux 5.11+, and a state directory (--state-dir or TETHER_EXEC_STATE_DIR) on a filesystem overlayfs takes as an upper layer (ext4, xfs, btrfs; tmpfs on 6.6+)",
+        "needed for a writable run in a git repository (its .git is an overlay) and for overlay = true: Linux 5.11+, and upper layers on a filesystem overlayfs takes (ext4, xfs, btrfs; tmpfs on 6.6+; not overlayfs itself). They live in the state directory (--state-dir or TETHER_EXEC_STATE_DIR), or beside the workspace when the workspace is on another filesystem",
     );
     let v1 = std::path::Path::new("/sys/fs/cgroup/pids").is_dir();
     let v2 = read_trim("/sys/fs/cgroup/cgroup.controllers").is_some_and(|c| c.split_whitespace().any(|x| x == "pids"));

@@ -94,6 +94,25 @@ pub struct Outcome {
 /// filesystem). For `doctor`: a git repository's `.git` and `overlay = true`
 /// need it. The mount happens in a forked child and dies with it.
 pub fn probe_overlay(dir: &Path) -> Result<(), String> {
+    // A doctor killed midway leaves its probe: removed by the next one.
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            let name = e.file_name();
+            let dead = name
+                .to_str()
+                .and_then(|n| n.strip_prefix("overlay-probe-"))
+                .and_then(|rest| rest.split('-').next())
+                .and_then(|p| p.parse::<u32>().ok())
+                .is_some_and(|p| !Path::new(&format!("/proc/{p}")).exists());
+            if dead {
+                let _ = std::fs::set_permissions(
+                    e.path().join("work/work"),
+                    std::os::unix::fs::PermissionsExt::from_mode(0o700),
+                );
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    }
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());

@@ -627,9 +627,16 @@ pub fn resume_preview_landing(state: &Path, id: &str, dir: &Path) -> Result<Pend
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(PendingLanding::None),
         Err(e) => return Err(err(&journal_path, e)),
     };
-    let journal: Journal = serde_json::from_slice(&text)
-        .map_err(|e| err(&journal_path, std::io::Error::new(std::io::ErrorKind::InvalidData, e)))?;
     let link = landing_link(state, id);
+    // Unreadable (a power cut kept the rename of a journal written without
+    // fsync, not its bytes; or a newer build's): nothing to finish it from.
+    let journal: Journal = match serde_json::from_slice(&text) {
+        Ok(j) => j,
+        Err(e) => {
+            give_up_landing(dir, &link);
+            return Ok(PendingLanding::SetAside(format!("its journal cannot be read ({e})")));
+        }
+    };
     let Some(owner) = journal.owner.clone().filter(|o| o.action == id) else {
         give_up_landing(dir, &link);
         return Ok(PendingLanding::SetAside(format!(
