@@ -105,26 +105,38 @@ fn make_preview(
     stdin: &[u8],
     before_exec: &mut dyn FnMut() -> Result<(), String>,
 ) -> Result<PreviewRecord, String> {
-    let capture = Capture::create(&req.state_dir, &req.workspace)
-        .map_err(|e| format!("tether-exec: cannot prepare the preview: {e}"))?;
+    // Discarded on every way out but the kept preview.
+    let mut capture = UnusedCapture(Some(
+        Capture::create(&req.state_dir, &req.workspace)
+            .map_err(|e| format!("tether-exec: cannot prepare the preview: {e}"))?,
+    ));
     let (plan, _) = plan_for(
         policy,
         &req.workspace,
         &req.cwd,
         req.sandbox_argv(),
         &req.state_dir,
-        Some(&capture),
+        capture.0.as_ref(),
     )?;
-    let (out, err) = capture.output_files().map_err(|e| format!("tether-exec: {e}"))?;
+    let (out, err) = capture
+        .0
+        .as_ref()
+        .expect("made above")
+        .output_files()
+        .map_err(|e| format!("tether-exec: {e}"))?;
     let (code, hold_init) = match apply::run(&plan, Some(stdin), Some((&out, &err)), before_exec) {
         Ok(o) => match o.ended {
             apply::Ended::Exited(c) | apply::Ended::ExecFailed { code: c } => (c, o.hold_init),
             apply::Ended::TimedOut => (exit::TIMEOUT, o.hold_init),
         },
+        // The hold's own preparation failed: its message says why.
+        Err(apply::ApplyError::NotStarted(why)) => return Err(why),
         Err(e) => return Err(format!("tether-exec: the preview could not run: {e}")),
     };
     // Read while init still holds the overlay (see `apply::Outcome::hold_init`).
     let kept = capture
+        .take()
+        .expect("made above")
         .keep_as_preview(&req.state_dir, &|| policy.path_globs(), code)
         .map_err(|e| format!("tether-exec: {e}"))?;
     drop(hold_init);
@@ -772,7 +784,15 @@ fn hold(
             Err(e) => return Finished::new(exit::INTERNAL, receipt, e),
         },
     };
+    // Nothing is held without its preview, nor a preview kept without a hold.
+    let preview_dir = preview.as_ref().map(|p| p.dir.clone());
+    let discard_preview = || {
+        if let Some(d) = &preview_dir {
+            crate::workspace::overlay::discard_preview(d);
+        }
+    };
     if let Err(e) = prepare() {
+        discard_preview();
         return Finished::new(exit::INTERNAL, receipt, e);
     }
     let (Some(mut b), Some(store)) = (bound, opened) else {
@@ -815,11 +835,12 @@ fn hold(
     let held = match store.hold(request) {
         Ok(h) => h,
         Err(e) => {
+            discard_preview();
             return Finished::new(
                 exit::INTERNAL,
                 receipt,
                 format!("tether-exec: cannot hold the action: {e}"),
-            )
+            );
         }
     };
     let mut rec = AuditEntry::new(EntryKind::Held);

@@ -4,7 +4,7 @@
 
 mod common;
 use common::*;
-use std::process::Output;
+use std::process::{Command, Output};
 
 const POLICY: &str = "require_approval_for = [\"sed\", \"head\"]\ndefault = \"allow\"\n";
 const SCRIPT: &str =
@@ -574,4 +574,34 @@ fn an_unreadable_landing_journal_is_given_up_once() {
         text(&o)
     );
     assert!(!text(&o).contains("finishes it"), "not stuck: {}", text(&o));
+}
+
+/// A hold that fails while its preview is being made (here: no boot id to
+/// bind the approval to, masked in a private namespace) holds nothing and
+/// leaves no capture behind, which the next start would report as an
+/// interrupted run's.
+#[test]
+fn a_hold_that_fails_leaves_no_capture_behind() {
+    let w = World::new();
+    w.write("notes.txt", "one\ntwo\n");
+    let p = w.policy(POLICY);
+    let o = Command::new("unshare")
+        .args(["-Urm", "sh", "-c"])
+        .arg(format!(
+            "mount --bind /dev/null /proc/sys/kernel/random/boot_id && cd {} && exec \"$0\" --state-dir {} run --policy {} -c '{SCRIPT}'",
+            w.ws.display(),
+            w.state.display(),
+            p.display()
+        ))
+        .arg(bin())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(125), "{}", text(&o));
+    assert!(text(&o).contains("boot"), "{}", text(&o));
+    assert!(!text(&o).contains("tether-exec: tether-exec"), "{}", text(&o));
+    assert!(!exists(&w.ws.join("runs.log")));
+    let next = w.tx(&["run", "--", "true"]);
+    assert!(!text(&next).contains("discarded"), "{}", text(&next));
+    assert!(!preview_dir_exists(&w));
+    assert!(!stdout(&w.tx(&["pending"])).contains("apr_"), "nothing held");
 }
