@@ -1355,13 +1355,7 @@ impl ApprovalStore {
                 })
             }
             ActionState::Running => {
-                let pid = action.runner_pid.unwrap_or(0);
-                if runner_alive(pid, &action.runner_start, &action.runner_boot) {
-                    return Err(ApprovalError::AlreadyRunning {
-                        id: id.to_string(),
-                        pid,
-                    });
-                }
+                refuse_if_runner_alive(&action, id)?;
                 tx.execute(
                     "UPDATE actions SET state = 'interrupted', interrupted_unix_ms = ?2, \
                      evidence_floor = (SELECT COALESCE(MAX(id), 0) FROM evidence), \
@@ -1538,37 +1532,12 @@ impl ApprovalStore {
         if action.held.state == ActionState::Done {
             return Err(stale("the action is already done".into()));
         }
-        let now = now_unix_ms();
-        let inserted = tx.execute(
-            "INSERT INTO results (action, run_id, exit_code, signal, timed_out, duration_ms, \
-             receipt_json, finished_unix_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-            params![
-                id,
-                ticket.run_id,
-                result.exit_code,
-                result.signal,
-                result.timed_out,
-                u2i(result.duration_ms),
-                result.receipt_json,
-                u2i(now)
-            ],
-        );
-        match inserted {
-            Ok(_) => {}
-            Err(e) if is_constraint(&e) => return Err(stale("a result is already recorded".into())),
-            Err(source) => {
-                return Err(ApprovalError::Database {
-                    context: "storing the run result",
-                    source,
-                })
+        match record_result(&tx, id, &ticket.run_id, result) {
+            Err(ApprovalError::Database { source, .. }) if is_constraint(&source) => {
+                Err(stale("a result is already recorded".into()))
             }
-        }
-        tx.execute(
-            "UPDATE actions SET state = 'done', runner_pid = NULL, runner_start = NULL, \
-             runner_boot = NULL, updated_unix_ms = ?2 WHERE id = ?1",
-            params![id, u2i(now)],
-        )
-        .db("marking the action done")?;
+            other => other,
+        }?;
         tx.commit().db("committing the run result")
     }
 }
@@ -1589,15 +1558,7 @@ impl ApprovalStore {
         let tx = self.immediate("recording an interrupted landing's result")?;
         let action = load_action(&tx, id)?;
         match action.held.state {
-            ActionState::Running => {
-                let pid = action.runner_pid.unwrap_or(0);
-                if runner_alive(pid, &action.runner_start, &action.runner_boot) {
-                    return Err(ApprovalError::AlreadyRunning {
-                        id: id.to_string(),
-                        pid,
-                    });
-                }
-            }
+            ActionState::Running => refuse_if_runner_alive(&action, id)?,
             ActionState::Interrupted => {}
             other => {
                 return Err(ApprovalError::InvalidRequest(format!(
@@ -1613,28 +1574,7 @@ impl ApprovalStore {
                 detail: "the landing was begun by another run of the action".into(),
             });
         }
-        let now = now_unix_ms();
-        tx.execute(
-            "INSERT INTO results (action, run_id, exit_code, signal, timed_out, duration_ms, \
-             receipt_json, finished_unix_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-            params![
-                id,
-                run_id,
-                result.exit_code,
-                result.signal,
-                result.timed_out,
-                u2i(result.duration_ms),
-                result.receipt_json,
-                u2i(now)
-            ],
-        )
-        .db("storing the interrupted landing's result")?;
-        tx.execute(
-            "UPDATE actions SET state = 'done', runner_pid = NULL, runner_start = NULL, \
-             runner_boot = NULL, updated_unix_ms = ?2 WHERE id = ?1",
-            params![id, u2i(now)],
-        )
-        .db("marking the action done")?;
+        record_result(&tx, id, run_id, result)?;
         tx.commit().db("committing the interrupted landing's result")
     }
 }
@@ -1857,6 +1797,35 @@ fn appended_proposals(state_dir: &Path, session: &str) -> Result<u64> {
     }
 }
 
+/// Stores `run_id`'s result for the action and marks it done (within the
+/// caller's transaction). An action has one result: a second is a
+/// constraint error.
+fn record_result(tx: &Connection, id: &str, run_id: &str, result: &RecordedResult) -> Result<()> {
+    let now = now_unix_ms();
+    tx.execute(
+        "INSERT INTO results (action, run_id, exit_code, signal, timed_out, duration_ms, \
+         receipt_json, finished_unix_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        params![
+            id,
+            run_id,
+            result.exit_code,
+            result.signal,
+            result.timed_out,
+            u2i(result.duration_ms),
+            result.receipt_json,
+            u2i(now)
+        ],
+    )
+    .db("storing the run result")?;
+    tx.execute(
+        "UPDATE actions SET state = 'done', runner_pid = NULL, runner_start = NULL, \
+         runner_boot = NULL, updated_unix_ms = ?2 WHERE id = ?1",
+        params![id, u2i(now)],
+    )
+    .db("marking the action done")?;
+    Ok(())
+}
+
 fn proposals_of(conn: &Connection, session: &str) -> Result<u64> {
     let n: Option<i64> = conn
         .query_row("SELECT proposals FROM sessions WHERE id = ?1", [session], |r| r.get(0))
@@ -2066,6 +2035,18 @@ fn boot_id() -> Option<String> {
 
 /// Whether the process recorded as running an action still exists. Errs
 /// towards "dead", which only ever makes an action need a fresh approval.
+/// A running action's runner still alive: nobody else may touch it.
+fn refuse_if_runner_alive(action: &ActionRow, id: &str) -> Result<()> {
+    let pid = action.runner_pid.unwrap_or(0);
+    if runner_alive(pid, &action.runner_start, &action.runner_boot) {
+        return Err(ApprovalError::AlreadyRunning {
+            id: id.to_string(),
+            pid,
+        });
+    }
+    Ok(())
+}
+
 fn runner_alive(pid: i64, start: &Option<String>, boot: &Option<String>) -> bool {
     let Ok(pid) = u32::try_from(pid) else {
         return false;

@@ -1277,31 +1277,13 @@ fn finish_landing_if_begun(
     let mut receipt = Receipt::new(action.bindings.policy_digest.clone());
     receipt.pending_id = Some(id.to_string());
     receipt.session = Some(action.session.clone());
-    match overlay::resume_preview_landing(state, id, &pr.dir) {
+    let ended = match overlay::resume_preview_landing(state, id, &pr.dir) {
         Ok(PendingLanding::None) => Ok(None),
         Ok(PendingLanding::Busy) => Err(format!(
             "tether-exec: another tether-exec is landing {id}'s approved preview right now; nothing was changed. Try again once it is done"
         )),
-        Ok(PendingLanding::Finished { landed, outcome, run }) => Ok(Some(finish_interrupted_landing(
-            Ok((landed, outcome)),
-            &run,
-            pr,
-            store,
-            log,
-            receipt,
-            (&action.session, id),
-            (state, &ctx.workspace),
-        ))),
-        Ok(PendingLanding::Failed { error, run }) => Ok(Some(finish_interrupted_landing(
-            Err(error),
-            &run,
-            pr,
-            store,
-            log,
-            receipt,
-            (&action.session, id),
-            (state, &ctx.workspace),
-        ))),
+        Ok(PendingLanding::Finished { landed, outcome, run }) => Ok(Some((Ok((landed, outcome)), run))),
+        Ok(PendingLanding::Failed { error, run }) => Ok(Some((Err(error), run))),
         Ok(PendingLanding::SetAside(why)) => Err(format!(
             "tether-exec: a landing of {id}'s approved preview began and did not finish, and {why}, so it is given up: what landed stays, and the preview is kept in {}",
             pr.dir.display()
@@ -1309,7 +1291,19 @@ fn finish_landing_if_begun(
         Err(e) => Err(format!(
             "tether-exec: cannot finish the interrupted landing of {id}'s preview: {e}"
         )),
-    }
+    }?;
+    Ok(ended.map(|(finished, run)| {
+        finish_interrupted_landing(
+            finished,
+            &run,
+            pr,
+            store,
+            log,
+            receipt,
+            (&action.session, id),
+            (state, &ctx.workspace),
+        )
+    }))
 }
 
 /// At any start: finish the preview landings whose launcher died (see

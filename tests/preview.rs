@@ -19,6 +19,16 @@ fn hold(w: &World, policy: &str) -> (String, Output) {
     (id, o)
 }
 
+/// Hold `script` under `policy` (with notes.txt and sub/ in place); its id.
+fn hold_script(w: &World, policy: &str, script: &str) -> String {
+    w.write("notes.txt", "one\ntwo\n");
+    w.write("sub/keep", "");
+    let p = w.policy(policy);
+    let o = w.tx(&["run", "--policy", p.to_str().unwrap(), "-c", script]);
+    assert_eq!(o.status.code(), Some(75), "{}", text(&o));
+    held_id(&String::from_utf8_lossy(&o.stderr))
+}
+
 fn preview_dir(w: &World, id: &str) -> std::path::PathBuf {
     let v: serde_json::Value = serde_json::from_slice(&w.tx(&["show", id, "--json"]).stdout).unwrap();
     std::path::PathBuf::from(v["context"]["preview"]["dir"].as_str().expect("a preview"))
@@ -171,13 +181,7 @@ fn a_landing_killed_midway_is_finished_by_the_next_resume_and_the_command_never_
         let (id, _) = hold(&w, POLICY);
         let previewed = std::fs::read(preview_dir(&w, &id).join("upper/rnd.bin")).unwrap();
         assert!(w.tx(&["approve", &id]).status.success());
-        let killed = w
-            .command(&["resume", &id])
-            .env("TETHER_EXEC_APPROVER_KEY", w.outside.join("approver.key"))
-            .env("TETHER_EXEC_TEST_CRASH_AT", at)
-            .output()
-            .unwrap();
-        assert_eq!(killed.status.code(), None, "{at}: the launcher died: {}", text(&killed));
+        resume_killed_at(&w, &id, at);
         // Control: the kill left the landing unfinished (the workspace not
         // wholly landed, or the result not on record).
         let landed = |w: &World| {
@@ -215,16 +219,7 @@ fn a_landing_killed_midway_is_finished_by_the_next_resume_and_the_command_never_
 /// sees a half-landed workspace; the action is then done.
 #[test]
 fn any_next_start_finishes_a_landing_killed_midway() {
-    let w = World::new();
-    let (id, _) = hold(&w, POLICY);
-    assert!(w.tx(&["approve", &id]).status.success());
-    let killed = w
-        .command(&["resume", &id])
-        .env("TETHER_EXEC_APPROVER_KEY", w.outside.join("approver.key"))
-        .env("TETHER_EXEC_TEST_CRASH_AT", "mid-commit")
-        .output()
-        .unwrap();
-    assert_eq!(killed.status.code(), None, "the launcher died: {}", text(&killed));
+    let (w, id) = approved_then_killed_at("mid-commit");
     let notes = || std::fs::read_to_string(w.ws.join("notes.txt")).unwrap();
     let logged = || std::fs::read_to_string(w.ws.join("runs.log")).ok();
     // Control: half landed.
@@ -242,6 +237,15 @@ fn any_next_start_finishes_a_landing_killed_midway() {
     assert_eq!(again.status.code(), Some(0), "{}", text(&again));
     assert!(text(&again).contains("already ran"), "{}", text(&again));
     assert_eq!(logged().as_deref(), Some("run\n"), "one run overall");
+}
+
+/// An action held (with its preview) and approved, whose resume was killed at `at`.
+fn approved_then_killed_at(at: &str) -> (World, String) {
+    let w = World::new();
+    let (id, _) = hold(&w, POLICY);
+    assert!(w.tx(&["approve", &id]).status.success());
+    resume_killed_at(&w, &id, at);
+    (w, id)
 }
 
 /// `tether-exec resume ID` killed at `at` (debug builds' crash hook).
@@ -331,10 +335,7 @@ fn two_actions_with_the_same_effects_never_share_a_landing() {
 /// whole landing, and the old one is not lost.
 #[test]
 fn an_unfinished_landing_blocks_approve_and_reject_and_a_new_proposal_finishes_it() {
-    let w = World::new();
-    let (id, _) = hold(&w, POLICY);
-    assert!(w.tx(&["approve", &id]).status.success());
-    resume_killed_at(&w, &id, "mid-commit");
+    let (w, id) = approved_then_killed_at("mid-commit");
     for args in [
         vec!["approve", id.as_str()],
         vec!["reject", id.as_str(), "--reason", "no"],
@@ -367,18 +368,11 @@ fn an_unfinished_landing_blocks_approve_and_reject_and_a_new_proposal_finishes_i
 #[test]
 fn a_failed_landing_is_not_finished_later_over_the_persons_edits() {
     let w = World::new();
-    w.write("notes.txt", "one\ntwo\n");
-    w.write("sub/keep", "");
-    let p = w.policy("require_approval_for = [\"sed\"]\ndefault = \"allow\"\n");
-    let o = w.tx(&[
-        "run",
-        "--policy",
-        p.to_str().unwrap(),
-        "-c",
+    let id = hold_script(
+        &w,
+        "require_approval_for = [\"sed\"]\ndefault = \"allow\"\n",
         "sed -i s/two/CHANGED/ notes.txt && echo agent > sub/x && echo agent > zz.txt",
-    ]);
-    assert_eq!(o.status.code(), Some(75), "{}", text(&o));
-    let id = held_id(&String::from_utf8_lossy(&o.stderr));
+    );
     assert!(w.tx(&["approve", &id]).status.success());
     let pause = w.root.path().join("paused");
     let child = w
@@ -411,17 +405,11 @@ fn a_failed_landing_is_not_finished_later_over_the_persons_edits() {
 #[test]
 fn an_interrupted_landing_that_cannot_be_finished_is_given_up_once() {
     let w = World::new();
-    w.write("notes.txt", "one\ntwo\n");
-    w.write("sub/keep", "");
-    let p = w.policy("require_approval_for = [\"sed\"]\ndefault = \"allow\"\n");
-    let o = w.tx(&[
-        "run",
-        "--policy",
-        p.to_str().unwrap(),
-        "-c",
+    let id = hold_script(
+        &w,
+        "require_approval_for = [\"sed\"]\ndefault = \"allow\"\n",
         "sed -i s/two/CHANGED/ notes.txt && echo agent > sub/x",
-    ]);
-    let id = held_id(&String::from_utf8_lossy(&o.stderr));
+    );
     assert!(w.tx(&["approve", &id]).status.success());
     resume_killed_at(&w, &id, "after-journal");
     std::fs::rename(w.ws.join("sub"), w.outside.join("sub-moved")).unwrap();
@@ -556,10 +544,7 @@ fn a_finished_landing_moves_the_workspace_generation_on() {
 /// not retried on every start with the action stuck.
 #[test]
 fn an_unreadable_landing_journal_is_given_up_once() {
-    let w = World::new();
-    let (id, _) = hold(&w, POLICY);
-    assert!(w.tx(&["approve", &id]).status.success());
-    resume_killed_at(&w, &id, "after-landing");
+    let (w, id) = approved_then_killed_at("after-landing");
     let journal = preview_dir(&w, &id).join("journal.json");
     std::fs::write(&journal, b"").unwrap();
     let o = w.tx(&["run", "--", "true"]);
