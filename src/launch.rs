@@ -451,7 +451,8 @@ fn needs_overlay(policy: &Policy) -> bool {
 
 /// Finish interrupted commits and discard dead captures; lines for stderr.
 /// Interrupted commits finished first, then the checks of the protected
-/// paths their runs still owed.
+/// paths their runs still owed, then the landings of approved previews whose
+/// launcher died.
 fn recover(state: &Path) -> Vec<String> {
     let mut lines: Vec<String> = crate::workspace::overlay::recover(state)
         .into_iter()
