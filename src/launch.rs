@@ -297,6 +297,14 @@ pub fn run(req: &Request, stdin_is_tty: bool) -> Finished {
                 let recovered = recover(&req.state_dir);
                 let mut done = hold(req, &policy, &d, receipt, &mut log, stdin_is_tty);
                 done.stderr.splice(0..0, recovered);
+                // A hold that failed after its preview may have run the
+                // command (confined, thrown away): it is still a proposal.
+                if let (Some(s), true) = (&req.session, done.code != exit::HELD) {
+                    if let Err(e) = approval::record_proposal(&req.state_dir, s) {
+                        done.stderr
+                            .push(format!("tether-exec: and the proposal could not be counted: {e}"));
+                    }
+                }
                 done
             }
         }
@@ -1035,7 +1043,18 @@ pub fn resume(id: &str, state: &Path) -> Finished {
             env_digest(&policy, &ctx.workspace, &cwd),
         ),
         bindings: current_bindings,
-        session_proposals: store.session_proposals(&action.session).unwrap_or(0),
+        // Unreadable, it refuses: proposal expiry must never read as zero.
+        session_proposals: match store.session_proposals(&action.session) {
+            Ok(n) => n,
+            Err(e) => {
+                return refused(
+                    &mut log,
+                    receipt,
+                    refusal_code(&e),
+                    format!("tether-exec: refusing to resume {id}: {e}"),
+                )
+            }
+        },
     };
     match store.begin_resume(id, &current, now_ms()) {
         Err(e) => refused(

@@ -224,3 +224,48 @@ fn doctor_tries_an_overlay_in_the_state_directory() {
     );
     assert_eq!(exists(&w.ws.join("made")), o.status.success());
 }
+
+/// doctor removes the probe a killed doctor left, and nothing else: not an
+/// entry that only looks like one (a symlink, followed nowhere), not a
+/// directory that is not its user's.
+#[test]
+fn doctor_sweeps_only_its_own_dead_probes() {
+    use std::os::unix::fs::PermissionsExt;
+    let w = World::new();
+    let state = w.outside.join("state");
+    std::fs::create_dir_all(state.join("overlay-probe-4000000-1/work/work")).unwrap();
+    std::fs::set_permissions(
+        state.join("overlay-probe-4000000-1/work/work"),
+        std::fs::Permissions::from_mode(0o0),
+    )
+    .unwrap();
+    let target = w.outside.join("target");
+    std::fs::create_dir_all(target.join("work")).unwrap();
+    let secret = w.outside.join("secret");
+    std::fs::write(&secret, "x").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o640)).unwrap();
+    std::os::unix::fs::symlink(&secret, target.join("work/work")).unwrap();
+    std::os::unix::fs::symlink(&target, state.join("overlay-probe-4000001-2")).unwrap();
+    let theirs = state.join("overlay-probe-4000002-3");
+    std::fs::create_dir_all(theirs.join("f")).unwrap();
+    if is_root() {
+        std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+    }
+    let o = Command::new(bin())
+        .arg("--state-dir")
+        .arg(&state)
+        .arg("doctor")
+        .current_dir(&w.ws)
+        .output()
+        .unwrap();
+    assert!(text(&o).contains("overlayfs"), "{}", text(&o));
+    assert!(
+        !state.join("overlay-probe-4000000-1").exists(),
+        "a dead probe of ours is removed"
+    );
+    assert!(target.join("work").exists(), "a symlink is not followed");
+    assert_eq!(std::fs::metadata(&secret).unwrap().permissions().mode() & 0o777, 0o640);
+    if is_root() {
+        assert!(theirs.join("f").exists(), "another user's directory stays");
+    }
+}

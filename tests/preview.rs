@@ -590,3 +590,76 @@ fn a_hold_that_fails_leaves_no_capture_behind() {
     assert!(!preview_dir_exists(&w));
     assert!(!stdout(&w.tx(&["pending"])).contains("apr_"), "nothing held");
 }
+
+/// A held command whose preview cannot be kept (here: a tree too deep to
+/// walk under the capture's path) leaves no capture behind, and still counts
+/// as a proposal of its session.
+#[test]
+fn a_preview_that_cannot_be_kept_leaves_nothing_and_still_counts() {
+    let w = World::new();
+    let p = w.policy(POLICY);
+    let deep = "d=$(printf 'a%.0s' $(seq 200)); for i in $(seq 22); do mkdir $d && cd $d; done; echo x > deep";
+    let o = w.tx(&[
+        "run",
+        "--policy",
+        p.to_str().unwrap(),
+        "--session",
+        "ses_deep",
+        "-c",
+        &format!("head -c 1 /dev/null; {deep}"),
+    ]);
+    assert_eq!(o.status.code(), Some(125), "{}", text(&o));
+    assert_eq!(
+        std::fs::read_dir(w.state.join("overlays"))
+            .map(|d| d.count())
+            .unwrap_or(0),
+        0,
+        "no capture left"
+    );
+    let next = w.tx(&["run", "--", "true"]);
+    assert!(!text(&next).contains("discarded"), "{}", text(&next));
+    let o = w.tx(&[
+        "run",
+        "--policy",
+        p.to_str().unwrap(),
+        "--session",
+        "ses_deep",
+        "-c",
+        SCRIPT,
+    ]);
+    let id = held_id(&String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&w.tx(&["show", &id, "--json"]).stdout).unwrap();
+    assert_eq!(v["action"]["position"], 2, "the failed hold counted: {v}");
+}
+
+/// A session's proposal count that cannot be read refuses the resume: the
+/// count an approval expires by never reads as zero.
+#[test]
+fn an_unreadable_proposal_count_refuses_the_resume() {
+    let w = World::new();
+    w.write("notes.txt", "one\ntwo\n");
+    let p = w.policy(POLICY);
+    let o = w.tx(&[
+        "run",
+        "--policy",
+        p.to_str().unwrap(),
+        "--session",
+        "ses_p",
+        "-c",
+        SCRIPT,
+    ]);
+    let id = held_id(&String::from_utf8_lossy(&o.stderr));
+    assert!(w.tx(&["approve", &id]).status.success());
+    let counts = w.state.join("proposals");
+    let _ = std::fs::remove_dir_all(&counts);
+    std::os::unix::fs::symlink(&counts, &counts).unwrap();
+    let o = w.tx(&["resume", &id]);
+    assert_ne!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("proposal"), "{}", text(&o));
+    assert!(!exists(&w.ws.join("runs.log")), "nothing landed");
+    // Control: readable again, the same approval resumes.
+    std::fs::remove_file(&counts).unwrap();
+    let o = w.tx(&["resume", &id]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(exists(&w.ws.join("runs.log")));
+}

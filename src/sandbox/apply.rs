@@ -94,21 +94,27 @@ pub struct Outcome {
 /// filesystem). For `doctor`: a git repository's `.git` and `overlay = true`
 /// need it. The mount happens in a forked child and dies with it.
 pub fn probe_overlay(dir: &Path) -> Result<(), String> {
-    // A doctor killed midway leaves its probe: removed by the next one.
+    // A doctor killed midway leaves its probe: removed by the next one. Only
+    // a real directory of ours named `overlay-probe-<pid>-<nanos>` whose pid
+    // is gone, and nothing followed through a symlink.
     if let Ok(entries) = std::fs::read_dir(dir) {
+        use std::os::unix::fs::MetadataExt;
+        let euid = nix::unistd::geteuid().as_raw();
+        let ours_dir = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir() && m.uid() == euid);
         for e in entries.flatten() {
             let name = e.file_name();
             let dead = name
                 .to_str()
                 .and_then(|n| n.strip_prefix("overlay-probe-"))
-                .and_then(|rest| rest.split('-').next())
-                .and_then(|p| p.parse::<u32>().ok())
+                .and_then(|rest| rest.split_once('-'))
+                .filter(|(_, nanos)| nanos.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|(pid, _)| pid.parse::<u32>().ok())
                 .is_some_and(|p| !Path::new(&format!("/proc/{p}")).exists());
-            if dead {
-                let _ = std::fs::set_permissions(
-                    e.path().join("work/work"),
-                    std::os::unix::fs::PermissionsExt::from_mode(0o700),
-                );
+            if dead && ours_dir(&e.path()) {
+                let work = e.path().join("work/work");
+                if ours_dir(&e.path().join("work")) && ours_dir(&work) {
+                    let _ = std::fs::set_permissions(&work, std::os::unix::fs::PermissionsExt::from_mode(0o700));
+                }
                 let _ = std::fs::remove_dir_all(e.path());
             }
         }

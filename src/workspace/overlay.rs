@@ -339,12 +339,22 @@ impl Capture {
 
     /// Keep this capture as the preview of a held action: classify it (nothing
     /// lands), digest everything it holds, and move it to `previews/<digest>`.
+    /// On an error the capture is discarded: nothing of it is kept.
     pub fn keep_as_preview(
         self,
         state: &Path,
         globs: &dyn Fn() -> PathGlobs,
         exit_code: i32,
     ) -> Result<Preview, WorkspaceError> {
+        let kept = self.try_keep(state, globs, exit_code);
+        match &kept {
+            Ok(_) => self.unlink(),
+            Err(_) => self.discard(),
+        }
+        kept
+    }
+
+    fn try_keep(&self, state: &Path, globs: &dyn Fn() -> PathGlobs, exit_code: i32) -> Result<Preview, WorkspaceError> {
         let code_path = self.dir.join("exit");
         std::fs::write(&code_path, exit_code.to_string()).map_err(|e| err(&code_path, e))?;
         let mut outcome = Outcome::default();
@@ -379,7 +389,6 @@ impl Capture {
             return Err(err(&dest, std::io::Error::from(std::io::ErrorKind::AlreadyExists)));
         }
         std::fs::rename(&self.dir, &dest).map_err(|e| err(&self.dir, e))?;
-        self.unlink();
         Ok(Preview {
             dir: dest,
             digest,
