@@ -472,6 +472,9 @@ pub struct HoldRequest {
     pub proposal_window: u64,
     /// Why it was held, e.g. the matched rule.
     pub summary: String,
+    /// The caller already counted this proposal ([`record_proposal`], before
+    /// the hold's preview ran): the hold does not count it again.
+    pub proposal_counted: bool,
 }
 
 /// Lifecycle of a held action (see the module documentation).
@@ -1061,7 +1064,19 @@ impl ApprovalStore {
             Some(s) => s,
             None => new_session_id(&tx)?,
         };
-        let position = bump_proposals(&tx, &session, now)? + appended_proposals(self.state_dir(), &session)?;
+        let counted = if req.proposal_counted {
+            // The session's row, which the action refers to, without a count.
+            tx.execute(
+                "INSERT INTO sessions (id, proposals, created_unix_ms) VALUES (?1, 0, ?2) \
+                 ON CONFLICT(id) DO NOTHING",
+                params![session, u2i(now)],
+            )
+            .db("recording the session")?;
+            proposals_of(&tx, &session)?
+        } else {
+            bump_proposals(&tx, &session, now)?
+        };
+        let position = counted + appended_proposals(self.state_dir(), &session)?;
         let mut attempt = 0;
         let id = loop {
             let id = random_id("apr_", 8)?;

@@ -138,7 +138,7 @@ fn make_preview(
         .take()
         .expect("made above")
         .keep_as_preview(&req.state_dir, &|| policy.path_globs(), code)
-        .map_err(|e| format!("tether-exec: {e}"))?;
+        .map_err(|e| format!("tether-exec: cannot keep the preview (it was discarded), so nothing is held: {e}"))?;
     drop(hold_init);
     Ok(PreviewRecord {
         dir: kept.dir,
@@ -292,19 +292,22 @@ pub fn run(req: &Request, stdin_is_tty: bool) -> Finished {
             if d.decision == Verdict::Deny {
                 Finished::new(exit::REFUSED, receipt, format!("Sandbox violation: {}", d.summary()))
             } else {
+                // Counted before its preview runs the command: a hold that
+                // fails or is killed midway is still a proposal.
+                if let Some(s) = &req.session {
+                    if let Err(e) = approval::record_proposal(&req.state_dir, s) {
+                        return Finished::new(
+                            exit::INTERNAL,
+                            receipt,
+                            format!("tether-exec: cannot count the proposal, so nothing runs: {e}"),
+                        );
+                    }
+                }
                 // The hold's preview runs the command: on a workspace with
                 // every interrupted commit finished first, as a run would.
                 let recovered = recover(&req.state_dir);
                 let mut done = hold(req, &policy, &d, receipt, &mut log, stdin_is_tty);
                 done.stderr.splice(0..0, recovered);
-                // A hold that failed after its preview may have run the
-                // command (confined, thrown away): it is still a proposal.
-                if let (Some(s), true) = (&req.session, done.code != exit::HELD) {
-                    if let Err(e) = approval::record_proposal(&req.state_dir, s) {
-                        done.stderr
-                            .push(format!("tether-exec: and the proposal could not be counted: {e}"));
-                    }
-                }
                 done
             }
         }
@@ -840,6 +843,7 @@ fn hold(
         ttl_seconds: policy.approval_ttl_seconds(),
         proposal_window: PROPOSAL_WINDOW,
         summary: d.summary(),
+        proposal_counted: req.session.is_some(),
     };
     let held = match store.hold(request) {
         Ok(h) => h,

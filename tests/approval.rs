@@ -36,6 +36,7 @@ fn bindings() -> Bindings {
 
 fn request(session: Option<&str>) -> HoldRequest {
     HoldRequest {
+        proposal_counted: false,
         session: session.map(str::to_string),
         intent: intent(&["rm", "-rf", "build"], b"yes\n"),
         stdin: b"yes\n".to_vec(),

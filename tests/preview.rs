@@ -663,3 +663,41 @@ fn an_unreadable_proposal_count_refuses_the_resume() {
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert!(exists(&w.ws.join("runs.log")));
 }
+
+/// A held command's proposal is counted before its preview runs it: a
+/// launcher killed during the preview (a harness's timeout) still leaves it
+/// counted, so the command cannot run previews that no count sees.
+#[test]
+fn a_hold_killed_during_its_preview_still_counts() {
+    let w = World::new();
+    let p = w.policy(POLICY);
+    let mut child = w
+        .command(&[
+            "run",
+            "--policy",
+            p.to_str().unwrap(),
+            "--session",
+            "ses_k",
+            "-c",
+            "head -c 1 /dev/null; sleep 30",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let o = w.tx(&[
+        "run",
+        "--policy",
+        p.to_str().unwrap(),
+        "--session",
+        "ses_k",
+        "-c",
+        SCRIPT,
+    ]);
+    let id = held_id(&String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&w.tx(&["show", &id, "--json"]).stdout).unwrap();
+    assert_eq!(v["action"]["position"], 2, "the killed hold counted: {v}");
+}
