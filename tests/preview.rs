@@ -701,3 +701,41 @@ fn a_hold_killed_during_its_preview_still_counts() {
     let v: serde_json::Value = serde_json::from_slice(&w.tx(&["show", &id, "--json"]).stdout).unwrap();
     assert_eq!(v["action"]["position"], 2, "the killed hold counted: {v}");
 }
+
+/// A capture too deep to remove (more levels than the launcher may hold
+/// open; here the limit is lowered to make that 100) is set aside under a
+/// name no start looks at again: later starts neither trip over it nor claim
+/// to have discarded it.
+#[test]
+fn a_capture_too_deep_to_remove_is_set_aside_once() {
+    let w = World::new();
+    let p = w.policy("overlay = true\nwritable_globs = [\"x\"]\n");
+    let deep = format!("{PY} -c 'import os\nfor i in range(100):\n    os.mkdir(\"a\"); os.chdir(\"a\")'");
+    let o = Command::new("bash")
+        .arg("-c")
+        .arg("ulimit -Sn 40 && exec \"$@\"")
+        .arg("bash")
+        .arg(bin())
+        .arg("--state-dir")
+        .arg(&w.state)
+        .args(["run", "--policy", p.to_str().unwrap(), "-c", &deep])
+        .current_dir(&w.ws)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(77), "rolled back: {}", text(&o));
+    let names: Vec<String> = std::fs::read_dir(w.state.join("overlays"))
+        .map(|d| {
+            d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(
+        !names.is_empty() && names.iter().all(|n| n.starts_with("unremovable-")),
+        "control: it could not be removed, and was set aside: {names:?}"
+    );
+    for _ in 0..2 {
+        let next = w.tx(&["run", "--", "true"]);
+        assert_eq!(next.status.code(), Some(0), "{}", text(&next));
+        assert!(!text(&next).contains("capture"), "{}", text(&next));
+    }
+}

@@ -1289,7 +1289,8 @@ fn remove_capture_fast(dir: &Path, subtrees: &[&Path]) {
     for d in &empty_dirs {
         if let Err(e) = std::fs::remove_dir(d) {
             if e.kind() != std::io::ErrorKind::NotFound {
-                return remove_capture(dir);
+                remove_capture(dir);
+                return;
             }
         }
     }
@@ -1298,14 +1299,26 @@ fn remove_capture_fast(dir: &Path, subtrees: &[&Path]) {
     }
 }
 
-/// Remove a capture directory.
-fn remove_capture(dir: &Path) {
+/// Prefix of a capture that could not be removed and was set aside.
+const UNREMOVABLE: &str = "unremovable-";
+
+/// Remove a capture directory. One that cannot be removed (a tree deeper
+/// than a walk can hold open, or whose paths pass PATH_MAX) is renamed aside
+/// (`unremovable-<name>`, which no start looks at again) and its new path
+/// returned, so that no start trips over it, or says it removed it.
+fn remove_capture(dir: &Path) -> Option<PathBuf> {
     if std::fs::remove_dir_all(dir).is_err() {
         // overlayfs leaves `work/work` with mode 000: root removes it anyway,
         // its owner must give itself access first.
         let _ = grant_owner_access(dir);
         let _ = std::fs::remove_dir_all(dir);
     }
+    if std::fs::symlink_metadata(dir).is_err() {
+        return None;
+    }
+    let name = dir.file_name()?.to_string_lossy();
+    let aside = dir.with_file_name(format!("{UNREMOVABLE}{name}"));
+    std::fs::rename(dir, &aside).ok().map(|()| aside)
 }
 
 fn grant_owner_access(dir: &Path) -> std::io::Result<()> {
@@ -1329,8 +1342,8 @@ pub fn recover(state: &Path) -> Vec<String> {
     };
     for e in rd.flatten() {
         // Another launcher's capture, being made or in use (its lock may not
-        // be taken yet): not ours to touch.
-        if maker_alive(&e.file_name()) {
+        // be taken yet): not ours to touch. Nor one set aside.
+        if maker_alive(&e.file_name()) || e.file_name().to_string_lossy().starts_with(UNREMOVABLE) {
             continue;
         }
         // A capture beside its workspace is listed here as a symlink to it.
@@ -1375,13 +1388,19 @@ pub fn recover(state: &Path) -> Vec<String> {
                 )),
             },
             None => {
-                remove_capture(&dir);
+                let aside = remove_capture(&dir);
                 if let Some(l) = &link {
                     let _ = std::fs::remove_file(l);
                 }
                 // No journal: the run never began a commit, or its commit was a
                 // single rename that either happened or did not; nothing is pending.
-                report.push("discarded the capture of an interrupted run (no commit of it was pending)".into());
+                report.push(match aside {
+                    None => "discarded the capture of an interrupted run (no commit of it was pending)".into(),
+                    Some(p) => format!(
+                        "could not remove the capture of an interrupted run (no commit of it was pending); set aside as {}: remove it by hand",
+                        p.display()
+                    ),
+                });
             }
         }
     }
