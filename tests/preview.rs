@@ -189,12 +189,8 @@ fn a_landing_killed_midway_is_finished_by_the_next_resume_and_the_command_never_
                 && std::fs::read(w.ws.join("rnd.bin")).ok().as_deref() == Some(&previewed[..])
                 && std::fs::read_to_string(w.ws.join("runs.log")).ok().as_deref() == Some("run\n")
         };
-        let state = |w: &World| {
-            let v: serde_json::Value = serde_json::from_slice(&w.tx(&["show", &id, "--json"]).stdout).unwrap();
-            v["action"]["state"].as_str().unwrap_or_default().to_string()
-        };
         assert!(
-            !landed(&w) || state(&w) != "done",
+            !landed(&w) || action_state(&w, &id) != "done",
             "{at}: the kill left something to finish"
         );
         let o = w.tx(&["resume", &id]);
@@ -202,7 +198,7 @@ fn a_landing_killed_midway_is_finished_by_the_next_resume_and_the_command_never_
         assert!(text(&o).contains("finished landing"), "{at}: {}", text(&o));
         assert_eq!(stdout(&o), "done\n", "{at}: the preview's output is replayed");
         assert!(landed(&w), "{at}: everything the preview held landed");
-        assert_eq!(state(&w), "done", "{at}");
+        assert_eq!(action_state(&w, &id), "done", "{at}");
         assert!(!preview_dir_exists(&w), "{at}: the preview is gone once it landed");
         let again = w.tx(&["resume", &id]);
         assert!(text(&again).contains("already ran"), "{at}: {}", text(&again));
@@ -257,6 +253,24 @@ fn resume_killed_at(w: &World, id: &str, at: &str) {
         .output()
         .unwrap();
     assert_eq!(killed.status.code(), None, "{at}: the launcher died: {}", text(&killed));
+}
+
+/// Hold SCRIPT under `policy` in `session`; its position among the session's proposals.
+fn held_position(w: &World, policy: &std::path::Path, session: &str) -> u64 {
+    let o = w.tx(&[
+        "run",
+        "--policy",
+        policy.to_str().unwrap(),
+        "--session",
+        session,
+        "-c",
+        SCRIPT,
+    ]);
+    let id = held_id(&String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&w.tx(&["show", &id, "--json"]).stdout).unwrap();
+    v["action"]["position"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no position: {v}"))
 }
 
 fn action_state(w: &World, id: &str) -> String {
@@ -618,18 +632,7 @@ fn a_preview_that_cannot_be_kept_leaves_nothing_and_still_counts() {
     );
     let next = w.tx(&["run", "--", "true"]);
     assert!(!text(&next).contains("discarded"), "{}", text(&next));
-    let o = w.tx(&[
-        "run",
-        "--policy",
-        p.to_str().unwrap(),
-        "--session",
-        "ses_deep",
-        "-c",
-        SCRIPT,
-    ]);
-    let id = held_id(&String::from_utf8_lossy(&o.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&w.tx(&["show", &id, "--json"]).stdout).unwrap();
-    assert_eq!(v["action"]["position"], 2, "the failed hold counted: {v}");
+    assert_eq!(held_position(&w, &p, "ses_deep"), 2, "the failed hold counted");
 }
 
 /// A session's proposal count that cannot be read refuses the resume: the
@@ -688,18 +691,7 @@ fn a_hold_killed_during_its_preview_still_counts() {
     std::thread::sleep(std::time::Duration::from_millis(700));
     child.kill().unwrap();
     child.wait().unwrap();
-    let o = w.tx(&[
-        "run",
-        "--policy",
-        p.to_str().unwrap(),
-        "--session",
-        "ses_k",
-        "-c",
-        SCRIPT,
-    ]);
-    let id = held_id(&String::from_utf8_lossy(&o.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&w.tx(&["show", &id, "--json"]).stdout).unwrap();
-    assert_eq!(v["action"]["position"], 2, "the killed hold counted: {v}");
+    assert_eq!(held_position(&w, &p, "ses_k"), 2, "the killed hold counted");
 }
 
 /// A capture too deep to remove (more levels than the launcher may hold
