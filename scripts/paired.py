@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""Time two commands in turn (A B A B ...) and print both medians and the
+"""Time two commands in turn (A B B A A B ...) and print both medians and the
 median of the paired differences A - B, in milliseconds. Pairing keeps the
-comparison fair when the machine's speed drifts during the measurement.
+comparison fair when the machine's speed drifts during the measurement; the
+order alternates within pairs because whichever runs right after the other
+pays for part of its teardown.
 
     scripts/paired.py [-n RUNS] [--warmup N] [--cwd DIR] ::A A... ::B B...
 
@@ -39,9 +41,13 @@ def main():
     for _ in range(opts.warmup):
         once(a), once(b)
     ta, tb = [], []
-    for _ in range(opts.n):
-        ta.append(once(a))
-        tb.append(once(b))
+    for i in range(opts.n):
+        if i % 2 == 0:
+            ta.append(once(a))
+            tb.append(once(b))
+        else:
+            tb.append(once(b))
+            ta.append(once(a))
     diff = statistics.median(x - y for x, y in zip(ta, tb))
     print(f"{statistics.median(ta):.2f} {statistics.median(tb):.2f} {diff:.2f}")
 

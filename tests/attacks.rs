@@ -721,6 +721,49 @@ fn secrets_are_invisible() {
     );
 }
 
+/// The secret scan reuses what it read of directories unchanged since an
+/// earlier scan (`workspace::listing`). Against a cache that knows every
+/// directory: a secret made on the host right after, in directories the
+/// cache lists, is still hidden; a `.env` the next run makes in one still
+/// does not stay.
+#[test]
+fn secrets_made_after_a_cached_scan_are_still_found() {
+    let w = World::new();
+    w.write("app/main.py", "print(1)\n");
+    w.write("app/deep/notes.txt", "notes\n");
+    w.write("lib/util.py", "pass\n");
+    // A directory changed within the last second is never cached (its ctime
+    // could still tick over): let them age, then a run caches them.
+    std::thread::sleep(std::time::Duration::from_millis(1300));
+    let o = w.run("true");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let cached: Vec<_> = std::fs::read_dir(w.state.join("scan"))
+        .map(|rd| rd.flatten().map(|e| std::fs::read(e.path()).unwrap()).collect())
+        .unwrap_or_default();
+    let knows = |rel: &str| cached.iter().any(|c| c.windows(rel.len()).any(|x| x == rel.as_bytes()));
+    if !(knows("app/deep") && knows("lib")) {
+        eprintln!("the test directory is not on a local filesystem: nothing is cached there");
+        return;
+    }
+    w.write("app/.env", "API_TOKEN=sekrit-env");
+    w.write("app/deep/id_ed25519", "sekrit-ssh");
+    let script = "cat app/.env app/deep/id_ed25519 2>&1; echo END";
+    let o = w.run(script);
+    assert!(stdout(&o).contains("END"), "{}", text(&o));
+    assert!(
+        !text(&o).contains("sekrit"),
+        "a secret leaked past the cache: {}",
+        text(&o)
+    );
+    let c = text(&w.control(script));
+    assert!(c.contains("sekrit-env") && c.contains("sekrit-ssh"), "control: {c}");
+    // `lib` is still cached as it was; the run's `.env` there changes it.
+    let o = w.run("python3 -c \"open('lib/.env', 'w').write('NODE_OPTIONS=--require /tmp/evil.js')\"; echo WROTE");
+    assert!(stdout(&o).contains("WROTE"), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    assert!(!exists(&w.ws.join("lib/.env")), "the run's .env stayed: {}", text(&o));
+}
+
 #[test]
 fn the_workspace_is_writable_and_home_is_the_workspace() {
     let w = World::new();

@@ -30,7 +30,9 @@ fn root_maps_to_host_root() -> bool {
 }
 
 /// Read what the planner needs to know about this host and workspace.
-pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>) -> HostFacts {
+/// `state`: where the secret scan keeps its listings (see
+/// [`crate::workspace::listing`]).
+pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state: Option<&Path>) -> HostFacts {
     // SAFETY-free: geteuid/getegid via nix.
     let uid = nix::unistd::geteuid().as_raw();
     let gid = nix::unistd::getegid().as_raw();
@@ -105,7 +107,7 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>) -> Hos
         }
     }
     let git = crate::workspace::git_layout(workspace);
-    let secrets = crate::workspace::scan_secrets(workspace);
+    let secrets = crate::workspace::scan_secrets(workspace, state);
     let protected_present = protected_present(workspace, &git);
     let policy_files_in_workspace = policy
         .files

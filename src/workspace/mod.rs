@@ -505,8 +505,8 @@ pub struct SecretScan {
 #[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct EnvSecrets(Vec<(PathBuf, Option<EnvIdentity>)>);
 
-pub fn scan_secrets(workspace: &Path) -> SecretScan {
-    let found = scan(workspace, |name, ft| {
+pub fn scan_secrets(workspace: &Path, state: Option<&Path>) -> SecretScan {
+    let found = scan(workspace, state, |name, ft| {
         (ft.is_file() && crate::policy::is_secret_name(name)) || crate::policy::is_env_secret(name)
     });
     let env = env_secrets(workspace, &found);
@@ -530,24 +530,30 @@ pub fn scan_secrets(workspace: &Path) -> SecretScan {
 
 /// Entries (never directories) whose name and type `want` accepts, found
 /// as the secret scan looks: bounded depth, skipping [`SCAN_SKIP_DIRS`].
-fn scan(workspace: &Path, want: impl Fn(&str, &std::fs::FileType) -> bool) -> Vec<PathBuf> {
+/// Directories unchanged since an earlier scan are not read again (see
+/// [`listing`]); `state` holds those listings (`None`: read them all).
+fn scan(workspace: &Path, state: Option<&Path>, want: impl Fn(&str, &std::fs::FileType) -> bool) -> Vec<PathBuf> {
+    let mut listings = listing::Listings::load(state, workspace);
     let mut out = Vec::new();
-    let mut stack = vec![(workspace.to_path_buf(), 0usize)];
-    while let Some((dir, depth)) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(&dir) else { continue };
-        for e in rd.flatten() {
-            let name = e.file_name();
-            let name = name.to_string_lossy();
-            let Ok(ft) = e.file_type() else { continue };
-            if ft.is_dir() {
-                if depth < SCAN_MAX_DEPTH && !SCAN_SKIP_DIRS.contains(&name.as_ref()) {
-                    stack.push((e.path(), depth + 1));
+    let mut stack = vec![(PathBuf::new(), 0usize)];
+    while let Some((rel, depth)) = stack.pop() {
+        let dir = workspace.join(&rel);
+        let Some(l) = listings.list(&rel, &dir, &want) else {
+            continue;
+        };
+        for name in &l.hits {
+            out.push(dir.join(std::ffi::OsStr::from_bytes(name)));
+        }
+        if depth < SCAN_MAX_DEPTH {
+            for name in &l.subdirs {
+                let name = std::ffi::OsStr::from_bytes(name);
+                if !SCAN_SKIP_DIRS.contains(&name.to_string_lossy().as_ref()) {
+                    stack.push((rel.join(name), depth + 1));
                 }
-            } else if want(&name, &ft) {
-                out.push(e.path());
             }
         }
     }
+    listings.save();
     out.sort();
     out
 }
@@ -682,7 +688,7 @@ pub fn recover_pending_checks(state: &Path) -> Vec<String> {
             .ok()
             .and_then(|b| serde_json::from_slice::<PendingRecord>(&b).ok());
         if let Some(r) = record {
-            match enforce_protected(&r.workspace, &r.before) {
+            match enforce_protected(&r.workspace, &r.before, Some(state)) {
                 Ok(v) if v.is_empty() => {}
                 Ok(v) => report.push(format!(
                     "an interrupted run in {} wrote protected paths: {}",
@@ -714,7 +720,11 @@ fn quarantine_name(p: &Path) -> PathBuf {
 /// After a run: a protected path the run created is moved aside (never
 /// deleted: the operator may want to see it), and a `.git` that was replaced
 /// is put back from where the run moved it. Returns one line per violation.
-pub fn enforce_protected(root: &Path, before: &ProtectedSnapshot) -> Result<Vec<String>, WorkspaceError> {
+pub fn enforce_protected(
+    root: &Path,
+    before: &ProtectedSnapshot,
+    state: Option<&Path>,
+) -> Result<Vec<String>, WorkspaceError> {
     let mut violations = Vec::new();
     // Git directories the run created: their control files are protected
     // paths that did not exist before.
@@ -807,7 +817,7 @@ pub fn enforce_protected(root: &Path, before: &ProtectedSnapshot) -> Result<Vec<
     // New by identity, not by path: a directory renamed away carries its
     // `.env` along (that one is the person's), and a `.env` made where the
     // renamed one was is new.
-    for (rel, id) in scan_secrets(root).env.0 {
+    for (rel, id) in scan_secrets(root, state).env.0 {
         if id.is_none() || !before.env_files.0.iter().any(|(_, b)| *b == id) {
             let p = root.join(&rel);
             move_aside(&rel, &p, "created protected path", &mut violations);
@@ -833,4 +843,5 @@ fn rename_beneath(root: &Path, rel: &Path, new_name: &std::ffi::OsStr) -> std::i
 }
 pub mod beneath;
 pub mod gitindex;
+pub mod listing;
 pub mod overlay;

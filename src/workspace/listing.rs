@@ -1,0 +1,422 @@
+//! Directory listings the secret scan keeps between runs.
+//!
+//! Every writable run scans the workspace for `.env*` and key files twice:
+//! before, to hide them, and after, to move new ones aside (see
+//! [`super::scan_secrets`]). Reading a directory costs the kernel about half a
+//! microsecond per entry on ext4 (its hashed-directory walk), so in a
+//! workspace of a few thousand files the two scans cost more than building
+//! the sandbox. What the scan needs of a directory is small: the names of its
+//! subdirectories and of its entries that look like secrets. That is kept
+//! here for each directory, with the directory's identity and change time as
+//! they were when it was read, and used again only while the directory still
+//! has exactly that identity and change time: one `stat` instead of a read.
+//!
+//! Why the change time: adding, removing or renaming an entry sets a
+//! directory's ctime to the current time, and no unprivileged process can set
+//! a ctime (`utimensat` sets mtime and atime, and *updates* ctime). A run in a
+//! sandbox that makes a `.env` changes its directory's ctime like anyone else.
+//!
+//! Racy listings: file times come from a clock that advances in ticks, so a
+//! change made in the same tick as our read could leave the ctime as we saw
+//! it. A listing is kept only if the directory's ctime was more than
+//! [`RACY_MARGIN`] older than the moment its read began: any later change then
+//! carries a later ctime. (Git's index has the same rule for the same
+//! reason.) Only directories on the workspace's own filesystem are kept, and
+//! only when that is a local filesystem stamped by this machine's clock.
+//!
+//! The cache lives in the state directory, which no sandbox can see. Anything
+//! wrong with it (missing, unreadable, damaged, written by another version)
+//! means the directories are read; a cache that cannot be written costs speed,
+//! never a missed secret.
+
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// How much older than the start of its read a directory's ctime must be for
+/// the listing to be kept: far more than any filesystem's timestamp tick.
+pub const RACY_MARGIN: Duration = Duration::from_secs(1);
+
+/// Names the cache's format and the rules that chose its hits: a cache
+/// written by another version is not read.
+const MAGIC: &[u8] = concat!("tether-exec secret-scan listings 1 ", env!("CARGO_PKG_VERSION"), "\n").as_bytes();
+
+/// Filesystems whose directory ctimes this machine's clock stamps, and which
+/// nothing but this kernel changes (not NFS, FUSE or overlayfs).
+const LOCAL_FILESYSTEMS: &[i64] = &[
+    0xEF53,      // ext2/3/4
+    0x5846_5342, // xfs
+    0x9123_683E, // btrfs
+    0x0102_1994, // tmpfs
+    0xF2F5_2010, // f2fs
+    0x2FC1_2FC1, // zfs
+];
+
+/// What the scan needs of one directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listing {
+    stamp: Stamp,
+    /// Names of the entries that are directories (by their directory entry
+    /// type: a symlink to a directory is not one).
+    pub subdirs: Vec<Vec<u8>>,
+    /// Names of the entries the scan wants.
+    pub hits: Vec<Vec<u8>>,
+}
+
+/// A directory's identity and times when it was read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    dev: u64,
+    ino: u64,
+    ctime: (i64, i64),
+    mtime: (i64, i64),
+}
+
+impl Stamp {
+    fn of(m: &std::fs::Metadata) -> Stamp {
+        Stamp {
+            dev: m.dev(),
+            ino: m.ino(),
+            ctime: (m.ctime(), m.ctime_nsec()),
+            mtime: (m.mtime(), m.mtime_nsec()),
+        }
+    }
+
+    /// Whether a change after `read_began` could have left this stamp as it is.
+    fn racy(&self, read_began: SystemTime) -> bool {
+        let Ok(since) = read_began.duration_since(UNIX_EPOCH) else {
+            return true;
+        };
+        let (secs, nanos) = self.ctime;
+        let Ok(secs) = u64::try_from(secs) else { return true };
+        let ctime = Duration::new(secs, u32::try_from(nanos).unwrap_or(0));
+        ctime + RACY_MARGIN >= since
+    }
+}
+
+/// The listings of one workspace: those read from the cache, and those this
+/// scan saw (which replace them when it is saved).
+pub struct Listings {
+    workspace: PathBuf,
+    file: Option<PathBuf>,
+    root_dev: Option<u64>,
+    old: HashMap<Vec<u8>, Listing>,
+    seen: HashMap<Vec<u8>, Listing>,
+}
+
+impl Listings {
+    /// The cached listings of `workspace` in `state`'s cache (`None`: keep
+    /// nothing, read every directory).
+    pub fn load(state: Option<&Path>, workspace: &Path) -> Listings {
+        let root_dev = std::fs::metadata(workspace)
+            .ok()
+            .filter(|_| is_local(workspace))
+            .map(|m| m.dev());
+        let file = state.filter(|_| root_dev.is_some()).map(|s| cache_file(s, workspace));
+        let old = file
+            .as_deref()
+            .and_then(|f| std::fs::read(f).ok())
+            .and_then(|bytes| decode(&bytes, workspace))
+            .unwrap_or_default();
+        Listings {
+            workspace: workspace.to_path_buf(),
+            file,
+            root_dev,
+            old,
+            seen: HashMap::new(),
+        }
+    }
+
+    /// The listing of `dir` (at `rel` in the workspace): the cached one if
+    /// the directory is unchanged since, else read now. `None` if it cannot
+    /// be read. `want` chooses the hits from an entry's name and type.
+    pub fn list(&mut self, rel: &Path, dir: &Path, want: &dyn Fn(&str, &std::fs::FileType) -> bool) -> Option<Listing> {
+        let key = rel.as_os_str().as_bytes().to_vec();
+        let read_began = SystemTime::now();
+        let meta = std::fs::metadata(dir).ok()?;
+        let stamp = Stamp::of(&meta);
+        let cacheable = self.root_dev == Some(stamp.dev);
+        if cacheable {
+            if let Some(l) = self.old.get(&key).filter(|l| l.stamp == stamp) {
+                let l = l.clone();
+                self.seen.insert(key, l.clone());
+                return Some(l);
+            }
+        }
+        let mut listing = Listing {
+            stamp,
+            subdirs: Vec::new(),
+            hits: Vec::new(),
+        };
+        for e in std::fs::read_dir(dir).ok()?.flatten() {
+            let name = e.file_name();
+            let Ok(ft) = e.file_type() else { continue };
+            if ft.is_dir() {
+                listing.subdirs.push(name.as_bytes().to_vec());
+            } else if want(&name.to_string_lossy(), &ft) {
+                listing.hits.push(name.as_bytes().to_vec());
+            }
+        }
+        if cacheable && !stamp.racy(read_began) {
+            self.seen.insert(key, listing.clone());
+        }
+        Some(listing)
+    }
+
+    /// Writes what this scan saw, if it differs from what was cached (best
+    /// effort: see the module docs).
+    pub fn save(self) {
+        let Some(file) = &self.file else { return };
+        if self.seen == self.old {
+            return;
+        }
+        let Some(dir) = file.parent() else { return };
+        if std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .is_err()
+        {
+            return;
+        }
+        let mut nonce = [0u8; 8];
+        if getrandom::fill(&mut nonce).is_err() {
+            return;
+        }
+        let tmp = dir.join(format!(".tmp-{}", crate::policy::hex(&nonce)));
+        let bytes = encode(&self.workspace, &self.seen);
+        let written = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, &bytes));
+        if written.is_err() || std::fs::rename(&tmp, file).is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+    }
+}
+
+// `f_type`'s type differs between architectures.
+#[allow(clippy::unnecessary_cast)]
+fn is_local(path: &Path) -> bool {
+    nix::sys::statfs::statfs(path).is_ok_and(|s| LOCAL_FILESYSTEMS.contains(&(s.filesystem_type().0 as i64)))
+}
+
+/// `<state>/scan/<digest of the workspace path>`.
+fn cache_file(state: &Path, workspace: &Path) -> PathBuf {
+    let digest = Sha256::digest(workspace.as_os_str().as_bytes());
+    state.join("scan").join(&crate::policy::hex(&digest)[..32])
+}
+
+// The file: MAGIC, the workspace path (a digest collision, or a file copied
+// between state directories, must not pass for another workspace's), the
+// listings, and a SHA-256 of all that. Integers little-endian; names and
+// paths as a u32 length and their bytes.
+
+fn put(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+    out.extend_from_slice(bytes);
+}
+
+fn encode(workspace: &Path, listings: &HashMap<Vec<u8>, Listing>) -> Vec<u8> {
+    let mut out = MAGIC.to_vec();
+    put(&mut out, workspace.as_os_str().as_bytes());
+    out.extend_from_slice(&(listings.len() as u32).to_le_bytes());
+    for (rel, l) in listings {
+        put(&mut out, rel);
+        let s = &l.stamp;
+        for n in [s.dev, s.ino] {
+            out.extend_from_slice(&n.to_le_bytes());
+        }
+        for n in [s.ctime.0, s.ctime.1, s.mtime.0, s.mtime.1] {
+            out.extend_from_slice(&n.to_le_bytes());
+        }
+        for names in [&l.subdirs, &l.hits] {
+            out.extend_from_slice(&(names.len() as u32).to_le_bytes());
+            for n in names {
+                put(&mut out, n);
+            }
+        }
+    }
+    let digest = Sha256::digest(&out);
+    out.extend_from_slice(&digest);
+    out
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        if self.0.len() < n {
+            return None;
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Some(head)
+    }
+
+    fn u32(&mut self) -> Option<usize> {
+        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?) as usize)
+    }
+
+    fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+
+    fn i64(&mut self) -> Option<i64> {
+        Some(i64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+
+    fn bytes(&mut self) -> Option<Vec<u8>> {
+        let n = self.u32()?;
+        Some(self.take(n)?.to_vec())
+    }
+
+    fn names(&mut self) -> Option<Vec<Vec<u8>>> {
+        let n = self.u32()?;
+        // Each name takes at least its 4-byte length: no huge allocation from
+        // a damaged count.
+        if n > self.0.len() / 4 {
+            return None;
+        }
+        (0..n).map(|_| self.bytes()).collect()
+    }
+}
+
+fn decode(bytes: &[u8], workspace: &Path) -> Option<HashMap<Vec<u8>, Listing>> {
+    let (body, digest) = bytes.split_at_checked(bytes.len().checked_sub(32)?)?;
+    if Sha256::digest(body).as_slice() != digest {
+        return None;
+    }
+    let mut r = Reader(body);
+    if r.take(MAGIC.len())? != MAGIC || r.bytes()? != workspace.as_os_str().as_bytes() {
+        return None;
+    }
+    let count = r.u32()?;
+    let mut out = HashMap::new();
+    for _ in 0..count {
+        let rel = r.bytes()?;
+        let stamp = Stamp {
+            dev: r.u64()?,
+            ino: r.u64()?,
+            ctime: (r.i64()?, r.i64()?),
+            mtime: (r.i64()?, r.i64()?),
+        };
+        let subdirs = r.names()?;
+        let hits = r.names()?;
+        out.insert(rel, Listing { stamp, subdirs, hits });
+    }
+    r.0.is_empty().then_some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> HashMap<Vec<u8>, Listing> {
+        let stamp = Stamp {
+            dev: 7,
+            ino: 42,
+            ctime: (1_700_000_000, 5),
+            mtime: (1_700_000_000, 4),
+        };
+        HashMap::from([
+            (
+                Vec::new(),
+                Listing {
+                    stamp,
+                    subdirs: vec![b"app".to_vec(), b"caf\xe9".to_vec()],
+                    hits: vec![b".env".to_vec()],
+                },
+            ),
+            (
+                b"app".to_vec(),
+                Listing {
+                    stamp: Stamp { ino: 43, ..stamp },
+                    subdirs: Vec::new(),
+                    hits: Vec::new(),
+                },
+            ),
+        ])
+    }
+
+    #[test]
+    fn listings_survive_the_file_and_nothing_damaged_is_read() {
+        let ws = Path::new("/work/ws");
+        let bytes = encode(ws, &sample());
+        assert_eq!(decode(&bytes, ws), Some(sample()));
+        // Another workspace's file, one changed byte anywhere, a cut end, an
+        // empty file: none is read.
+        assert_eq!(decode(&bytes, Path::new("/work/other")), None);
+        for i in [0, MAGIC.len() + 3, bytes.len() / 2, bytes.len() - 1] {
+            let mut bad = bytes.clone();
+            bad[i] ^= 1;
+            assert_eq!(decode(&bad, ws), None, "byte {i}");
+        }
+        assert_eq!(decode(&bytes[..bytes.len() - 1], ws), None);
+        assert_eq!(decode(b"", ws), None);
+    }
+
+    #[test]
+    fn a_listing_is_racy_until_its_ctime_is_a_margin_older_than_the_read() {
+        let at = |secs: u64, nanos: u32| UNIX_EPOCH + Duration::new(secs, nanos);
+        let stamp = Stamp {
+            dev: 1,
+            ino: 1,
+            ctime: (1_000, 500),
+            mtime: (1_000, 500),
+        };
+        assert!(stamp.racy(at(1_000, 500)), "read in the same instant");
+        assert!(stamp.racy(at(1_001, 500)), "exactly the margin later");
+        assert!(!stamp.racy(at(1_001, 501)), "more than the margin later");
+        assert!(stamp.racy(at(999, 0)), "a ctime in the future (the clock went back)");
+        let negative = Stamp {
+            ctime: (-5, 0),
+            ..stamp
+        };
+        assert!(negative.racy(at(1_000, 0)), "a ctime before 1970 is not trusted");
+    }
+
+    /// A directory read now is never kept (its ctime is fresh); once it is
+    /// old enough it is, and a change to it is seen at the next scan.
+    #[test]
+    fn fresh_directories_are_read_every_time_and_old_ones_until_they_change() {
+        let tmp = tempfile::tempdir().unwrap();
+        let ws = tmp.path().join("ws");
+        let state = tmp.path().join("state");
+        std::fs::create_dir_all(ws.join("app")).unwrap();
+        std::fs::write(ws.join("app/.env"), "x").unwrap();
+        let want = |name: &str, _: &std::fs::FileType| name.starts_with(".env");
+        let scan = |expect_cached: bool| {
+            let mut l = Listings::load(Some(&state), &ws);
+            if !is_local(&ws) {
+                return None;
+            }
+            assert_eq!(l.old.contains_key(b"app".as_slice()), expect_cached);
+            let root = l.list(Path::new(""), &ws, &want).unwrap();
+            let app = l.list(Path::new("app"), &ws.join("app"), &want).unwrap();
+            l.save();
+            Some((root, app))
+        };
+        let Some((root, app)) = scan(false) else {
+            eprintln!("the temporary directory is not on a local filesystem: nothing is cached there");
+            return;
+        };
+        assert_eq!(root.subdirs, vec![b"app".to_vec()]);
+        assert_eq!(app.hits, vec![b".env".to_vec()]);
+        scan(false);
+        std::thread::sleep(RACY_MARGIN + Duration::from_millis(100));
+        scan(false);
+        let (_, app) = scan(true).unwrap();
+        assert_eq!(app.hits, vec![b".env".to_vec()]);
+        std::fs::write(ws.join("app/.env.local"), "y").unwrap();
+        let mut l = Listings::load(Some(&state), &ws);
+        let mut hits = l.list(Path::new("app"), &ws.join("app"), &want).unwrap().hits;
+        hits.sort();
+        assert_eq!(hits, vec![b".env".to_vec(), b".env.local".to_vec()]);
+    }
+}
