@@ -31,6 +31,7 @@
 
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
+use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -55,6 +56,15 @@ const LOCAL_FILESYSTEMS: &[i64] = &[
     0x2FC1_2FC1, // zfs
 ];
 
+/// An entry's kind, by its directory entry (a symlink is `Other`, whatever
+/// it points at).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryKind {
+    Dir,
+    File,
+    Other,
+}
+
 /// What the scan needs of one directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Listing {
@@ -76,15 +86,6 @@ struct Stamp {
 }
 
 impl Stamp {
-    fn of(m: &std::fs::Metadata) -> Stamp {
-        Stamp {
-            dev: m.dev(),
-            ino: m.ino(),
-            ctime: (m.ctime(), m.ctime_nsec()),
-            mtime: (m.mtime(), m.mtime_nsec()),
-        }
-    }
-
     /// Whether a change after `read_began` could have left this stamp as it is.
     fn racy(&self, read_began: SystemTime) -> bool {
         let Ok(since) = read_began.duration_since(UNIX_EPOCH) else {
@@ -132,12 +133,28 @@ impl Listings {
 
     /// The listing of `dir` (at `rel` in the workspace): the cached one if
     /// the directory is unchanged since, else read now. `None` if it cannot
-    /// be read. `want` chooses the hits from an entry's name and type.
-    pub fn list(&mut self, rel: &Path, dir: &Path, want: &dyn Fn(&str, &std::fs::FileType) -> bool) -> Option<Listing> {
+    /// be read. `want` chooses the hits from an entry's name and kind.
+    ///
+    /// The directory is opened once and both its stamp and its entries come
+    /// from that descriptor: a directory swapped for another between a `stat`
+    /// of its path and the read could otherwise lend its stamp to the other's
+    /// entries.
+    pub fn list(&mut self, rel: &Path, dir: &Path, want: &dyn Fn(&str, EntryKind) -> bool) -> Option<Listing> {
         let key = rel.as_os_str().as_bytes().to_vec();
         let read_began = SystemTime::now();
-        let meta = std::fs::metadata(dir).ok()?;
-        let stamp = Stamp::of(&meta);
+        let mut handle = nix::dir::Dir::open(
+            dir,
+            nix::fcntl::OFlag::O_RDONLY | nix::fcntl::OFlag::O_DIRECTORY | nix::fcntl::OFlag::O_CLOEXEC,
+            nix::sys::stat::Mode::empty(),
+        )
+        .ok()?;
+        let st = nix::sys::stat::fstat(&handle).ok()?;
+        let stamp = Stamp {
+            dev: st.st_dev,
+            ino: st.st_ino,
+            ctime: (st.st_ctime, st.st_ctime_nsec),
+            mtime: (st.st_mtime, st.st_mtime_nsec),
+        };
         let cacheable = self.root_dev == Some(stamp.dev);
         if cacheable {
             if let Some(l) = self.old.get(&key).filter(|l| l.stamp == stamp) {
@@ -151,16 +168,37 @@ impl Listings {
             subdirs: Vec::new(),
             hits: Vec::new(),
         };
-        for e in std::fs::read_dir(dir).ok()?.flatten() {
-            let name = e.file_name();
-            let Ok(ft) = e.file_type() else { continue };
-            if ft.is_dir() {
-                listing.subdirs.push(name.as_bytes().to_vec());
-            } else if want(&name.to_string_lossy(), &ft) {
-                listing.hits.push(name.as_bytes().to_vec());
+        // A read that fails midway keeps what it found, and is not kept.
+        let mut complete = true;
+        for e in handle.iter() {
+            let Ok(e) = e else {
+                complete = false;
+                break;
+            };
+            let name = e.file_name().to_bytes();
+            if name == b"." || name == b".." {
+                continue;
+            }
+            use nix::dir::Type;
+            let kind = match e.file_type() {
+                Some(Type::Directory) => EntryKind::Dir,
+                Some(Type::File) => EntryKind::File,
+                Some(_) => EntryKind::Other,
+                // Filesystems that do not fill in the type: ask.
+                None => match std::fs::symlink_metadata(dir.join(OsStr::from_bytes(name))) {
+                    Ok(m) if m.is_dir() => EntryKind::Dir,
+                    Ok(m) if m.is_file() => EntryKind::File,
+                    Ok(_) => EntryKind::Other,
+                    Err(_) => continue,
+                },
+            };
+            if kind == EntryKind::Dir {
+                listing.subdirs.push(name.to_vec());
+            } else if want(&String::from_utf8_lossy(name), kind) {
+                listing.hits.push(name.to_vec());
             }
         }
-        if cacheable && !stamp.racy(read_began) {
+        if cacheable && complete && !stamp.racy(read_began) {
             self.seen.insert(key, listing.clone());
         }
         Some(listing)
@@ -390,7 +428,7 @@ mod tests {
         let state = tmp.path().join("state");
         std::fs::create_dir_all(ws.join("app")).unwrap();
         std::fs::write(ws.join("app/.env"), "x").unwrap();
-        let want = |name: &str, _: &std::fs::FileType| name.starts_with(".env");
+        let want = |name: &str, _: EntryKind| name.starts_with(".env");
         let scan = |expect_cached: bool| {
             let mut l = Listings::load(Some(&state), &ws);
             if !is_local(&ws) {

@@ -506,8 +506,8 @@ pub struct SecretScan {
 pub struct EnvSecrets(Vec<(PathBuf, Option<EnvIdentity>)>);
 
 pub fn scan_secrets(workspace: &Path, state: Option<&Path>) -> SecretScan {
-    let found = scan(workspace, state, |name, ft| {
-        (ft.is_file() && crate::policy::is_secret_name(name)) || crate::policy::is_env_secret(name)
+    let found = scan(workspace, state, |name, kind| {
+        (kind == listing::EntryKind::File && crate::policy::is_secret_name(name)) || crate::policy::is_env_secret(name)
     });
     let env = env_secrets(workspace, &found);
     // A `.env` that is a symlink is read through to its target, whatever
@@ -532,7 +532,7 @@ pub fn scan_secrets(workspace: &Path, state: Option<&Path>) -> SecretScan {
 /// as the secret scan looks: bounded depth, skipping [`SCAN_SKIP_DIRS`].
 /// Directories unchanged since an earlier scan are not read again (see
 /// [`listing`]); `state` holds those listings (`None`: read them all).
-fn scan(workspace: &Path, state: Option<&Path>, want: impl Fn(&str, &std::fs::FileType) -> bool) -> Vec<PathBuf> {
+fn scan(workspace: &Path, state: Option<&Path>, want: impl Fn(&str, listing::EntryKind) -> bool) -> Vec<PathBuf> {
     let mut listings = listing::Listings::load(state, workspace);
     let mut out = Vec::new();
     let mut stack = vec![(PathBuf::new(), 0usize)];
