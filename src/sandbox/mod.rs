@@ -59,16 +59,18 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state:
     let system = |p: &Path| plan::SYSTEM_DIRS.iter().any(|d| p.starts_with(Path::new("/").join(d)));
     let mut extra_tool_dirs = Vec::new();
     if let Some((_, path)) = env.iter().find(|(k, _)| k == "PATH") {
+        let mut seen: Vec<&str> = Vec::new();
         for entry in path.split(':') {
             let p = Path::new(entry);
             // Entries inside the system tree are bound already; resolving them
             // costs a readlink per component on every launch.
-            if !p.is_absolute() || (system(p) && !entry.contains("..")) {
+            if !p.is_absolute() || (system(p) && !entry.contains("..")) || seen.contains(&entry) {
                 continue;
             }
-            if let Ok(real) = std::fs::canonicalize(p) {
+            seen.push(entry);
+            if let Some(real) = real_dir(p) {
                 let real = tool_root(&real, home);
-                if real.is_dir() && !system(&real) && !real.starts_with(workspace) && !extra_tool_dirs.contains(&real) {
+                if !system(&real) && !real.starts_with(workspace) && !extra_tool_dirs.contains(&real) {
                     extra_tool_dirs.push(real);
                 }
             }
@@ -183,6 +185,27 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state:
             .filter(|d| d.is_dir())
             .into_iter()
             .collect(),
+    }
+}
+
+/// The directory `p` names, every symlink resolved (as `canonicalize`), or
+/// `None` if it is not a directory. The kernel resolves the whole path in one
+/// `open(O_PATH)` and procfs names what it found: three system calls, not a
+/// `readlink` per component and a `stat` (PATH holds several such entries,
+/// resolved on every launch). Without procfs, `canonicalize`.
+fn real_dir(p: &Path) -> Option<PathBuf> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
+        .open(p)
+        .ok()?;
+    match std::fs::read_link(format!("/proc/self/fd/{}", dir.as_raw_fd())) {
+        // A directory removed meanwhile reads as "PATH (deleted)": not one.
+        Ok(real) if real.is_absolute() => real.is_dir().then_some(real),
+        Ok(_) => None,
+        Err(_) => std::fs::canonicalize(p).ok().filter(|r| r.is_dir()),
     }
 }
 
