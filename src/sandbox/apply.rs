@@ -9,7 +9,9 @@
 //!                               waits for init's report, enforces the timeout,
 //!                               forwards signals
 //!   └─ clone3(NEWUSER|NEWNS|NEWPID|NEWIPC|NEWUTS)
-//!        init, pid 1            builds the filesystem while a helper makes the
+//!        init, pid 1            drops the capability bounding set while it
+//!                               waits for its id maps, then
+//!                               builds the filesystem while a helper makes the
 //!                               network namespace and detaches the host's root,
 //!                               joins that namespace, forks the command,
 //!                               sets the hostname meanwhile, then
@@ -909,6 +911,15 @@ fn init(
     // As pid 1 without handlers, init would drop the signals the launcher
     // forwards during set-up: hold them until `reap` can pass them on.
     set_forwarded_blocked(true);
+    // The capability bounding set goes now, while init waits for its id maps
+    // anyway: one system call per capability, which the command (forked from
+    // here, inheriting the empty set) no longer makes on its way to execve.
+    // Nothing of the sandbox's own execs before the command, and the bounding
+    // set limits only what an exec can grant: init keeps the capabilities it
+    // has in its namespace for the set-up.
+    if let Err(e) = drop_bounding_set() {
+        fail(&err, "drop the capability bounding set", e, 125);
+    }
     // Wait until the parent has written our id maps (or died: EOF).
     let mut b = [0u8; 1];
     let mut f = std::fs::File::from(sync);
@@ -1852,11 +1863,19 @@ fn command(plan: &Plan, prep: &Prepared, err: &OwnedFd, io: ChildIo, ready: Owne
     exec(plan, prep, err)
 }
 
+/// Empties the capability bounding set of init, which every process of the
+/// sandbox inherits (see `init`).
+fn drop_bounding_set() -> Result<(), caps::errors::CapsError> {
+    for c in caps::all() {
+        caps::drop(None, caps::CapSet::Bounding, c)?;
+    }
+    Ok(())
+}
+
+/// The command's other capability sets; its bounding set is empty already
+/// (init's, inherited: see `drop_bounding_set`).
 fn drop_capabilities() -> Result<(), caps::errors::CapsError> {
     use caps::CapSet;
-    for c in caps::all() {
-        caps::drop(None, CapSet::Bounding, c)?;
-    }
     caps::clear(None, CapSet::Ambient)?;
     caps::clear(None, CapSet::Inheritable)?;
     caps::clear(None, CapSet::Effective)?;
