@@ -32,8 +32,104 @@ pub struct Cli {
 #[derive(Args, Debug, Clone)]
 pub struct GlobalArgs {
     /// State directory (approvals, audit). Default: $XDG_STATE_HOME/tether-exec, else ~/.local/state/tether-exec (home from the password database).
-    #[arg(long, global = true, env = "TETHER_EXEC_STATE_DIR", value_name = "DIR")]
+    #[arg(long, global = true, env = STATE_DIR_ENV, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
+}
+
+const STATE_DIR_ENV: &str = "TETHER_EXEC_STATE_DIR";
+
+/// The usual shapes of a `run` command line (`args` without the program
+/// name), read without building a parser: every agent command is a `run`, and
+/// clap's share of a launch was still 0.2 ms with `RunCli`. Only long options
+/// given as `--name VALUE` or `--name=VALUE`, `-c SCRIPT`, and the program
+/// after `--`; `None` for anything else (help, an unknown or repeated option,
+/// a value that is missing, empty or starts with `-`, text that is not
+/// UTF-8, `-c` together with `--`), which `RunCli` then parses, with its
+/// errors and help. A property test holds every command line this accepts to
+/// `RunCli`'s reading of it. `env_state_dir`: `TETHER_EXEC_STATE_DIR`.
+fn parse_run_fast(
+    args: &[std::ffi::OsString],
+    env_state_dir: Option<&std::ffi::OsStr>,
+) -> Option<(GlobalArgs, RunArgs)> {
+    let mut it = args.iter();
+    if it.next()? != "run" {
+        return None;
+    }
+    let mut spec = CommandSpec {
+        policies: Vec::new(),
+        workspace: None,
+        script: None,
+        argv: Vec::new(),
+    };
+    let (mut session, mut receipt, mut state_dir) = (None, None, None);
+    let mut program = false;
+    while let Some(arg) = it.next() {
+        let arg = arg.to_str()?;
+        if arg == "--" {
+            program = true;
+            for a in it.by_ref() {
+                spec.argv.push(a.to_str()?.to_string());
+            }
+            break;
+        }
+        let (name, inline) = match arg.split_once('=') {
+            Some((name, value)) if name.starts_with("--") => (name, Some(value)),
+            _ => (arg, None),
+        };
+        let value = match inline {
+            Some(v) => v,
+            None => it.next()?.to_str()?,
+        };
+        if value.is_empty() || value.starts_with('-') {
+            return None;
+        }
+        match name {
+            "--policy" => spec.policies.push(PathBuf::from(value)),
+            "--workspace" => {
+                if spec.workspace.is_some() {
+                    return None;
+                }
+                spec.workspace = Some(PathBuf::from(value));
+            }
+            "--session" => {
+                if session.is_some() {
+                    return None;
+                }
+                session = Some(value.to_string());
+            }
+            "--receipt" => {
+                if receipt.is_some() {
+                    return None;
+                }
+                receipt = Some(PathBuf::from(value));
+            }
+            "--state-dir" => {
+                if state_dir.is_some() {
+                    return None;
+                }
+                state_dir = Some(PathBuf::from(value));
+            }
+            "-c" if inline.is_none() => {
+                if spec.script.is_some() {
+                    return None;
+                }
+                spec.script = Some(value.to_string());
+            }
+            _ => return None,
+        }
+    }
+    if spec.script.is_some() && program {
+        return None;
+    }
+    if state_dir.is_none() {
+        if let Some(env) = env_state_dir {
+            if env.is_empty() {
+                return None;
+            }
+            state_dir = Some(PathBuf::from(env));
+        }
+    }
+    Some((GlobalArgs { state_dir }, RunArgs { spec, session, receipt }))
 }
 
 /// The command line when it starts with `run`: [`Cli`] with that one
@@ -220,7 +316,12 @@ pub fn error_line(msg: &str) {
 /// Entry point: returns the process exit code.
 pub fn main() -> i32 {
     crate::gate::parse::quiet_contained_parser_panics();
-    if std::env::args_os().nth(1).is_some_and(|a| a == "run") {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    if args.first().is_some_and(|a| a == "run") {
+        let env_state_dir = std::env::var_os(STATE_DIR_ENV);
+        if let Some((global, r)) = parse_run_fast(&args, env_state_dir.as_deref()) {
+            return run(&r.spec, r.session, r.receipt.as_deref(), global.state_dir);
+        }
         return match RunCli::try_parse() {
             Ok(RunCli {
                 global,
@@ -587,6 +688,94 @@ mod tests {
                 Err(e) => Err(format!("{:?} {}", e.kind(), e.render())),
             }
         }
+    }
+
+    /// `RunCli`'s reading of `args`, without the environment variable.
+    fn clap_reading(args: &[std::ffi::OsString]) -> Option<String> {
+        use clap::{CommandFactory, FromArgMatches};
+        let cmd = RunCli::command().mut_arg("state_dir", |a| a.env(None::<&str>));
+        let argv = std::iter::once(std::ffi::OsString::from("tether-exec")).chain(args.iter().cloned());
+        let m = cmd.try_get_matches_from(argv).ok()?;
+        let c = RunCli::from_arg_matches(&m).ok()?;
+        let RunOnly::Run(r) = c.command;
+        Some(format!("{:?} {r:?}", c.global))
+    }
+
+    fn os(args: &[&str]) -> Vec<std::ffi::OsString> {
+        args.iter().map(std::ffi::OsString::from).collect()
+    }
+
+    proptest::proptest! {
+        /// Whatever the fast reading of a `run` command line accepts, clap
+        /// reads the same way. Lines are built from whole options (mostly
+        /// valid ones, so that many are accepted), some noise, and a program
+        /// after `--`.
+        #[test]
+        fn the_fast_reading_of_run_agrees_with_clap(
+            options in proptest::collection::vec(proptest::sample::select(vec![
+                &["-c", "ls -la"][..], &["--policy", "p.toml"], &["--policy=q.toml"], &["--workspace", "/w"],
+                &["--workspace=/w2"], &["--session", "s1"], &["--session=s2"], &["--receipt", "r.json"],
+                &["--state-dir", "/st"], &["--state-dir=/st2"], &["-c", "echo a=b"],
+                &["--bogus"], &[""], &["-"], &["--help"], &["-h"], &["--version"], &["word"], &["-cls"],
+                &["-c=ls"], &["--session"], &["--policy="], &["--session=-x"], &["--=x"], &["-c", "-x"],
+            ]), 0..5),
+            program in proptest::option::of(proptest::collection::vec(
+                proptest::sample::select(vec!["ls", "-la", "--", "x y", ""]), 0..3)),
+        ) {
+            let mut args = os(&["run"]);
+            for o in &options {
+                args.extend(o.iter().map(std::ffi::OsString::from));
+            }
+            if let Some(p) = &program {
+                args.push("--".into());
+                args.extend(p.iter().map(std::ffi::OsString::from));
+            }
+            if let Some((global, r)) = parse_run_fast(&args, None) {
+                let fast = format!("{global:?} {r:?}");
+                proptest::prop_assert_eq!(Some(fast), clap_reading(&args), "{:?}", args);
+            }
+        }
+    }
+
+    #[test]
+    fn the_usual_run_command_lines_take_the_fast_reading() {
+        for args in [
+            &["run", "--", "/bin/true"][..],
+            &["run", "-c", "pytest -q && ruff check ."],
+            &["run", "--session", "ses_1", "--receipt", "/tmp/r.json", "-c", "ls"],
+            &[
+                "run",
+                "--policy",
+                "a.toml",
+                "--policy=b.toml",
+                "--workspace",
+                "/w",
+                "--",
+                "cargo",
+                "test",
+                "--",
+                "-q",
+            ],
+            &["run", "--state-dir", "/s", "--", "ls", "-la"],
+        ] {
+            let args = os(args);
+            let fast = parse_run_fast(&args, None).map(|(g, r)| format!("{g:?} {r:?}"));
+            assert!(fast.is_some(), "{args:?}");
+            assert_eq!(fast, clap_reading(&args), "{args:?}");
+        }
+        // The environment names the state directory unless the option does;
+        // an empty one is left to clap.
+        let env = Some(std::ffi::OsStr::new("/from-env"));
+        let (g, _) = parse_run_fast(&os(&["run", "--", "ls"]), env).unwrap();
+        assert_eq!(g.state_dir, Some(PathBuf::from("/from-env")));
+        let (g, _) = parse_run_fast(&os(&["run", "--state-dir", "/flag", "--", "ls"]), env).unwrap();
+        assert_eq!(g.state_dir, Some(PathBuf::from("/flag")));
+        assert!(parse_run_fast(&os(&["run", "--", "ls"]), Some(std::ffi::OsStr::new(""))).is_none());
+        // Not UTF-8: clap's to refuse.
+        use std::os::unix::ffi::OsStringExt;
+        let mut bad = os(&["run", "--"]);
+        bad.push(std::ffi::OsString::from_vec(vec![0xff]));
+        assert!(parse_run_fast(&bad, None).is_none());
     }
 
     #[test]
