@@ -71,6 +71,29 @@ pub fn resolve(explicit: Option<PathBuf>) -> Result<PathBuf, StateError> {
     Ok(home.join(".local/state/tether-exec"))
 }
 
+/// The directory `p` names, every symlink resolved (as `canonicalize`), or
+/// `None` if it is not a directory. The kernel resolves the whole path in one
+/// `open(O_PATH)` and procfs names what it found: three system calls, not a
+/// `readlink` per component and a `stat` (PATH holds several such entries,
+/// resolved on every launch, and the workspace and state directory). Without
+/// procfs, `canonicalize`.
+pub fn real_dir(p: &std::path::Path) -> Option<PathBuf> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
+        .open(p)
+        .ok()?;
+    match std::fs::read_link(format!("/proc/self/fd/{}", dir.as_raw_fd())) {
+        // A directory removed meanwhile reads as "PATH (deleted)", which the
+        // `is_dir` turns away (unless a directory of that very name exists).
+        Ok(real) if real.is_absolute() => real.is_dir().then_some(real),
+        Ok(_) => None,
+        Err(_) => std::fs::canonicalize(p).ok().filter(|r| r.is_dir()),
+    }
+}
+
 /// Create the state directory (mode 0700) if needed and return its canonical path.
 pub fn ensure(dir: &std::path::Path) -> Result<PathBuf, StateError> {
     use std::os::unix::fs::DirBuilderExt;
@@ -82,10 +105,13 @@ pub fn ensure(dir: &std::path::Path) -> Result<PathBuf, StateError> {
             path: dir.to_path_buf(),
             source: e,
         })?;
-    std::fs::canonicalize(dir).map_err(|e| StateError::Create {
-        path: dir.to_path_buf(),
-        source: e,
-    })
+    match real_dir(dir) {
+        Some(real) => Ok(real),
+        None => std::fs::canonicalize(dir).map_err(|e| StateError::Create {
+            path: dir.to_path_buf(),
+            source: e,
+        }),
+    }
 }
 
 /// This environment's instance id: the machine's boot id, this state

@@ -121,13 +121,12 @@ fn parse_run_fast(
     if spec.script.is_some() && program {
         return None;
     }
+    // clap refuses an empty variable even when the option is given.
+    if env_state_dir.is_some_and(|e| e.is_empty()) {
+        return None;
+    }
     if state_dir.is_none() {
-        if let Some(env) = env_state_dir {
-            if env.is_empty() {
-                return None;
-            }
-            state_dir = Some(PathBuf::from(env));
-        }
+        state_dir = env_state_dir.map(PathBuf::from);
     }
     Some((GlobalArgs { state_dir }, RunArgs { spec, session, receipt }))
 }
@@ -153,7 +152,7 @@ pub enum RunOnly {
 }
 
 const RUN_ABOUT: &str =
-    "Gate the command, then run it confined (exit: the command's own; 75 held; 77 refused; 124 timeout; 125 failure).";
+    "Gate the command, then run it confined (exit: the command's own; 75 held; 77 refused; 124 timeout; 125 failure)";
 
 const RUN_EXAMPLES: &str = "Examples:\n  tether-exec run -c 'pytest -q && ruff check .'\n  tether-exec run --policy policies/workspace-write.toml --receipt /tmp/r.json -- cargo test\n  echo data | tether-exec run -- wc -c";
 
@@ -367,12 +366,23 @@ fn parse_error(e: clap::Error) -> i32 {
 /// Resolve the workspace and the current directory, absolute and canonical.
 pub fn workspace_and_cwd(spec: &CommandSpec) -> Result<(PathBuf, PathBuf), String> {
     let cwd = std::env::current_dir().map_err(|e| format!("cannot read the current directory: {e}"))?;
-    let ws = spec.workspace.clone().unwrap_or_else(|| cwd.clone());
-    let ws = std::fs::canonicalize(&ws).map_err(|e| format!("workspace {}: {e}", ws.display()))?;
-    if !ws.is_dir() {
-        return Err(format!("workspace {} is not a directory", ws.display()));
-    }
-    let cwd = std::fs::canonicalize(&cwd).unwrap_or(cwd);
+    let given = spec.workspace.clone();
+    let ws = given.clone().unwrap_or_else(|| cwd.clone());
+    let ws = match crate::state::real_dir(&ws) {
+        Some(real) => real,
+        None => {
+            let ws = std::fs::canonicalize(&ws).map_err(|e| format!("workspace {}: {e}", ws.display()))?;
+            if !ws.is_dir() {
+                return Err(format!("workspace {} is not a directory", ws.display()));
+            }
+            ws
+        }
+    };
+    // Without --workspace the current directory is the workspace: resolved once.
+    let cwd = match given {
+        None => ws.clone(),
+        Some(_) => std::fs::canonicalize(&cwd).unwrap_or(cwd),
+    };
     let cwd = if cwd.starts_with(&ws) { cwd } else { ws.clone() };
     Ok((ws, cwd))
 }
@@ -764,13 +774,16 @@ mod tests {
             assert_eq!(fast, clap_reading(&args), "{args:?}");
         }
         // The environment names the state directory unless the option does;
-        // an empty one is left to clap.
+        // an empty one is left to clap (which refuses
+        // it even beside the option).
         let env = Some(std::ffi::OsStr::new("/from-env"));
         let (g, _) = parse_run_fast(&os(&["run", "--", "ls"]), env).unwrap();
         assert_eq!(g.state_dir, Some(PathBuf::from("/from-env")));
         let (g, _) = parse_run_fast(&os(&["run", "--state-dir", "/flag", "--", "ls"]), env).unwrap();
         assert_eq!(g.state_dir, Some(PathBuf::from("/flag")));
-        assert!(parse_run_fast(&os(&["run", "--", "ls"]), Some(std::ffi::OsStr::new(""))).is_none());
+        let empty = Some(std::ffi::OsStr::new(""));
+        assert!(parse_run_fast(&os(&["run", "--", "ls"]), empty).is_none());
+        assert!(parse_run_fast(&os(&["run", "--state-dir", "/s", "--", "ls"]), empty).is_none());
         // Not UTF-8: clap's to refuse.
         use std::os::unix::ffi::OsStringExt;
         let mut bad = os(&["run", "--"]);
