@@ -729,9 +729,9 @@ fn secrets_are_invisible() {
 #[test]
 fn secrets_made_after_a_cached_scan_are_still_found() {
     let w = World::new();
-    w.write("app/main.py", "print(1)\n");
-    w.write("app/deep/notes.txt", "notes\n");
-    w.write("lib/util.py", "pass\n");
+    w.write("appdir-q7/main.py", "print(1)\n");
+    w.write("appdir-q7/deepdir-q7/notes.txt", "notes\n");
+    w.write("libdir-q7/util.py", "pass\n");
     // A directory changed within the last second is never cached (its ctime
     // could still tick over): let them age, then a run caches them.
     std::thread::sleep(std::time::Duration::from_millis(1300));
@@ -741,13 +741,24 @@ fn secrets_made_after_a_cached_scan_are_still_found() {
         .map(|rd| rd.flatten().map(|e| std::fs::read(e.path()).unwrap()).collect())
         .unwrap_or_default();
     let knows = |rel: &str| cached.iter().any(|c| c.windows(rel.len()).any(|x| x == rel.as_bytes()));
-    if !(knows("app/deep") && knows("lib")) {
-        eprintln!("the test directory is not on a local filesystem: nothing is cached there");
+    if !(knows("appdir-q7/deepdir-q7") && knows("libdir-q7")) {
+        // Only local filesystems are cached (see `workspace::listing`).
+        let fs = Command::new("stat")
+            .args(["-f", "-c", "%T"])
+            .arg(&w.ws)
+            .output()
+            .unwrap();
+        let fs = stdout(&fs);
+        assert!(
+            !["ext2/ext3", "xfs", "btrfs", "tmpfs"].contains(&fs.trim()),
+            "a {fs} workspace, yet its directories were not cached"
+        );
+        eprintln!("the test directory is on {fs}: nothing is cached there");
         return;
     }
-    w.write("app/.env", "API_TOKEN=sekrit-env");
-    w.write("app/deep/id_ed25519", "sekrit-ssh");
-    let script = "cat app/.env app/deep/id_ed25519 2>&1; echo END";
+    w.write("appdir-q7/.env", "API_TOKEN=sekrit-env");
+    w.write("appdir-q7/deepdir-q7/id_ed25519", "sekrit-ssh");
+    let script = "cat appdir-q7/.env appdir-q7/deepdir-q7/id_ed25519 2>&1; echo END";
     let o = w.run(script);
     assert!(stdout(&o).contains("END"), "{}", text(&o));
     assert!(
@@ -757,11 +768,16 @@ fn secrets_made_after_a_cached_scan_are_still_found() {
     );
     let c = text(&w.control(script));
     assert!(c.contains("sekrit-env") && c.contains("sekrit-ssh"), "control: {c}");
-    // `lib` is still cached as it was; the run's `.env` there changes it.
-    let o = w.run("python3 -c \"open('lib/.env', 'w').write('NODE_OPTIONS=--require /tmp/evil.js')\"; echo WROTE");
+    // `libdir-q7` is still cached as it was; the run's `.env` there changes it.
+    let o =
+        w.run("python3 -c \"open('libdir-q7/.env', 'w').write('NODE_OPTIONS=--require /tmp/evil.js')\"; echo WROTE");
     assert!(stdout(&o).contains("WROTE"), "{}", text(&o));
     assert_eq!(o.status.code(), Some(77), "{}", text(&o));
-    assert!(!exists(&w.ws.join("lib/.env")), "the run's .env stayed: {}", text(&o));
+    assert!(
+        !exists(&w.ws.join("libdir-q7/.env")),
+        "the run's .env stayed: {}",
+        text(&o)
+    );
 }
 
 #[test]

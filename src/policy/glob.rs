@@ -35,6 +35,12 @@ pub fn builtin_protected_globs() -> Vec<String> {
     out
 }
 
+/// Version of what [`is_env_secret`] and [`is_secret_name`] accept. The
+/// secret scan's cached listings (`workspace::listing`) record which names
+/// were hits under these rules and are read only by a build with the same
+/// version: change the rules, change this (a test pins the rules to it).
+pub const SECRET_NAME_RULES: u32 = 1;
+
 /// Suffixes that make a `.env*` file a committed template, not a secret.
 const ENV_TEMPLATE_SUFFIXES: &[&str] = &[".example", ".sample", ".template", ".dist"];
 
@@ -137,6 +143,61 @@ impl PathGlobs {
 
 #[cfg(test)]
 mod tests {
+    /// What the secret-name rules accept, pinned to their version: the
+    /// secret scan's cached listings hold hits found under one version of the
+    /// rules (see `workspace::listing`). Changing what is accepted here needs
+    /// a new `SECRET_NAME_RULES`.
+    #[test]
+    fn the_secret_name_rules_are_those_of_their_version() {
+        let probe = [
+            ".env",
+            ".env.local",
+            ".env.production",
+            ".env.example",
+            ".env.sample",
+            ".env.template",
+            ".env.dist",
+            ".envrc",
+            "env",
+            "x.env",
+            "id_rsa",
+            "id_ed25519",
+            "id_ecdsa",
+            "id_dsa",
+            "id_rsa.pub",
+            "authorized_keys",
+            "known_hosts",
+            "server.pem",
+            "server.key",
+            "key.pub",
+            "a.crt",
+            ".netrc",
+            "credentials",
+            "secrets.json",
+        ];
+        let secret: Vec<&str> = probe.iter().copied().filter(|n| is_secret_name(n)).collect();
+        let env: Vec<&str> = probe.iter().copied().filter(|n| is_env_secret(n)).collect();
+        assert_eq!(
+            (SECRET_NAME_RULES, secret, env),
+            (
+                1,
+                vec![
+                    ".env",
+                    ".env.local",
+                    ".env.production",
+                    ".envrc",
+                    "id_rsa",
+                    "id_ed25519",
+                    "id_ecdsa",
+                    "authorized_keys",
+                    "server.pem",
+                    "server.key"
+                ],
+                vec![".env", ".env.local", ".env.production", ".envrc"]
+            )
+        );
+    }
+
     use super::*;
     use crate::policy::{Format, Layer};
 

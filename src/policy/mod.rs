@@ -19,7 +19,7 @@ mod doc;
 mod glob;
 
 pub use doc::{is_dangerous_env, landlock_max_known_abi as doc_max_abi, Format, PolicyDoc};
-pub use glob::{builtin_protected_globs, is_env_secret, is_secret_name, PathGlobs, GIT_CONTROL};
+pub use glob::{builtin_protected_globs, is_env_secret, is_secret_name, PathGlobs, GIT_CONTROL, SECRET_NAME_RULES};
 
 use serde::Serialize;
 use sha2::{Digest, Sha256};

@@ -68,7 +68,7 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state:
                 continue;
             }
             seen.push(entry);
-            if let Some(real) = real_dir(p) {
+            if let Some(real) = crate::state::real_dir(p) {
                 let real = tool_root(&real, home);
                 if !system(&real) && !real.starts_with(workspace) && !extra_tool_dirs.contains(&real) {
                     extra_tool_dirs.push(real);
@@ -185,27 +185,6 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state:
             .filter(|d| d.is_dir())
             .into_iter()
             .collect(),
-    }
-}
-
-/// The directory `p` names, every symlink resolved (as `canonicalize`), or
-/// `None` if it is not a directory. The kernel resolves the whole path in one
-/// `open(O_PATH)` and procfs names what it found: three system calls, not a
-/// `readlink` per component and a `stat` (PATH holds several such entries,
-/// resolved on every launch). Without procfs, `canonicalize`.
-fn real_dir(p: &Path) -> Option<PathBuf> {
-    use std::os::fd::AsRawFd;
-    use std::os::unix::fs::OpenOptionsExt;
-    let dir = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
-        .open(p)
-        .ok()?;
-    match std::fs::read_link(format!("/proc/self/fd/{}", dir.as_raw_fd())) {
-        // A directory removed meanwhile reads as "PATH (deleted)": not one.
-        Ok(real) if real.is_absolute() => real.is_dir().then_some(real),
-        Ok(_) => None,
-        Err(_) => std::fs::canonicalize(p).ok().filter(|r| r.is_dir()),
     }
 }
 

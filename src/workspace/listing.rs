@@ -11,10 +11,20 @@
 //! they were when it was read, and used again only while the directory still
 //! has exactly that identity and change time: one `stat` instead of a read.
 //!
-//! Why the change time: adding, removing or renaming an entry sets a
+//! The stamp is the directory's device, inode, change time and modification
+//! time. Why the change time: adding, removing or renaming an entry sets a
 //! directory's ctime to the current time, and no unprivileged process can set
 //! a ctime (`utimensat` sets mtime and atime, and *updates* ctime). A run in a
 //! sandbox that makes a `.env` changes its directory's ctime like anyone else.
+//! What could still repeat a stamp, and is therefore never cached: an
+//! encrypted directory (fscrypt: adding or removing its key changes the names
+//! it lists, not its times), a filesystem that keeps whole seconds (its
+//! ctimes have no fraction; a clock set back could meet a cached second), an
+//! entry whose type only a lookup gives. A cache written "later" than now (the
+//! clock was set back since) is not read. What remains assumed: that the
+//! clock is not set back by more than [`RACY_MARGIN`] and a directory then
+//! changed within the very tick a cached stamp holds; nothing in a sandbox can
+//! set the clock.
 //!
 //! Racy listings: file times come from a clock that advances in ticks, so a
 //! change made in the same tick as our read could leave the ctime as we saw
@@ -31,7 +41,6 @@
 
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
-use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -41,9 +50,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// the listing to be kept: far more than any filesystem's timestamp tick.
 pub const RACY_MARGIN: Duration = Duration::from_secs(1);
 
-/// Names the cache's format and the rules that chose its hits: a cache
-/// written by another version is not read.
-const MAGIC: &[u8] = concat!("tether-exec secret-scan listings 1 ", env!("CARGO_PKG_VERSION"), "\n").as_bytes();
+/// Names the cache's format; the version of the rules that chose its hits
+/// follows it (`SECRET_NAME_RULES`). A cache written otherwise is not read.
+const MAGIC: &[u8] = b"tether-exec secret-scan listings 2\n";
 
 /// Filesystems whose directory ctimes this machine's clock stamps, and which
 /// nothing but this kernel changes (not NFS, FUSE or overlayfs).
@@ -135,10 +144,16 @@ impl Listings {
     /// the directory is unchanged since, else read now. `None` if it cannot
     /// be read. `want` chooses the hits from an entry's name and kind.
     ///
-    /// The directory is opened once and both its stamp and its entries come
-    /// from that descriptor: a directory swapped for another between a `stat`
-    /// of its path and the read could otherwise lend its stamp to the other's
-    /// entries.
+    /// The directory is opened once and its stamp, its entries and the type
+    /// of any entry the filesystem does not type all come from that
+    /// descriptor: a directory swapped for another between a lookup by path
+    /// and the read could otherwise lend its stamp to the other's entries.
+    ///
+    /// Never kept: an encrypted directory (fscrypt: adding or removing its
+    /// key changes the names it lists, not its times); one whose change time
+    /// has no fraction of a second (a filesystem that keeps whole seconds,
+    /// where a clock set back can repeat a stamp); one with an entry the
+    /// filesystem does not type; one read only in part.
     pub fn list(&mut self, rel: &Path, dir: &Path, want: &dyn Fn(&str, EntryKind) -> bool) -> Option<Listing> {
         let key = rel.as_os_str().as_bytes().to_vec();
         let read_began = SystemTime::now();
@@ -148,14 +163,16 @@ impl Listings {
             nix::sys::stat::Mode::empty(),
         )
         .ok()?;
-        let st = nix::sys::stat::fstat(&handle).ok()?;
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&handle);
+        let st = statx_at(fd, c"", libc::AT_EMPTY_PATH).ok()?;
         let stamp = Stamp {
-            dev: st.st_dev,
-            ino: st.st_ino,
-            ctime: (st.st_ctime, st.st_ctime_nsec),
-            mtime: (st.st_mtime, st.st_mtime_nsec),
+            dev: libc::makedev(st.stx_dev_major, st.stx_dev_minor),
+            ino: st.stx_ino,
+            ctime: (st.stx_ctime.tv_sec, i64::from(st.stx_ctime.tv_nsec)),
+            mtime: (st.stx_mtime.tv_sec, i64::from(st.stx_mtime.tv_nsec)),
         };
-        let cacheable = self.root_dev == Some(stamp.dev);
+        let encrypted = st.stx_attributes_mask & ATTR_ENCRYPTED != 0 && st.stx_attributes & ATTR_ENCRYPTED != 0;
+        let cacheable = self.root_dev == Some(stamp.dev) && !encrypted && stamp.ctime.1 != 0;
         if cacheable {
             if let Some(l) = self.old.get(&key).filter(|l| l.stamp == stamp) {
                 let l = l.clone();
@@ -184,13 +201,17 @@ impl Listings {
                 Some(Type::Directory) => EntryKind::Dir,
                 Some(Type::File) => EntryKind::File,
                 Some(_) => EntryKind::Other,
-                // Filesystems that do not fill in the type: ask.
-                None => match std::fs::symlink_metadata(dir.join(OsStr::from_bytes(name))) {
-                    Ok(m) if m.is_dir() => EntryKind::Dir,
-                    Ok(m) if m.is_file() => EntryKind::File,
-                    Ok(_) => EntryKind::Other,
-                    Err(_) => continue,
-                },
+                // Filesystems that do not fill in the type: ask, relative to
+                // the directory read, and keep no listing of it.
+                None => {
+                    complete = false;
+                    match statx_at(fd, e.file_name(), libc::AT_SYMLINK_NOFOLLOW) {
+                        Ok(m) if u32::from(m.stx_mode) & libc::S_IFMT == libc::S_IFDIR => EntryKind::Dir,
+                        Ok(m) if u32::from(m.stx_mode) & libc::S_IFMT == libc::S_IFREG => EntryKind::File,
+                        Ok(_) => EntryKind::Other,
+                        Err(_) => continue,
+                    }
+                }
             };
             if kind == EntryKind::Dir {
                 listing.subdirs.push(name.to_vec());
@@ -238,6 +259,33 @@ impl Listings {
     }
 }
 
+/// `STATX_ATTR_ENCRYPTED` (linux/stat.h).
+const ATTR_ENCRYPTED: u64 = 0x800;
+
+/// statx(2) of `name` relative to the directory `dirfd`, by the raw system
+/// call: the standard library declares glibc's `statx` weak, and a static
+/// link can leave it at address 0 (see `overlay::same_mount`).
+fn statx_at(dirfd: std::os::fd::RawFd, name: &std::ffi::CStr, flags: libc::c_int) -> std::io::Result<libc::statx> {
+    // SAFETY: statx into a zeroed local buffer with a NUL-terminated name;
+    // the kernel writes at most size_of::<statx>() bytes.
+    let mut st: libc::statx = unsafe { std::mem::zeroed() };
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_statx,
+            dirfd,
+            name.as_ptr(),
+            flags,
+            libc::STATX_BASIC_STATS,
+            &mut st as *mut libc::statx,
+        )
+    };
+    if r == 0 {
+        Ok(st)
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
 // `f_type`'s type differs between architectures.
 #[allow(clippy::unnecessary_cast)]
 fn is_local(path: &Path) -> bool {
@@ -262,6 +310,8 @@ fn put(out: &mut Vec<u8>, bytes: &[u8]) {
 
 fn encode(workspace: &Path, listings: &HashMap<Vec<u8>, Listing>) -> Vec<u8> {
     let mut out = MAGIC.to_vec();
+    out.extend_from_slice(&crate::policy::SECRET_NAME_RULES.to_le_bytes());
+    out.extend_from_slice(&now_nanos().to_le_bytes());
     put(&mut out, workspace.as_os_str().as_bytes());
     out.extend_from_slice(&(listings.len() as u32).to_le_bytes());
     for (rel, l) in listings {
@@ -283,6 +333,12 @@ fn encode(workspace: &Path, listings: &HashMap<Vec<u8>, Listing>) -> Vec<u8> {
     let digest = Sha256::digest(&out);
     out.extend_from_slice(&digest);
     out
+}
+
+fn now_nanos() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
 struct Reader<'a>(&'a [u8]);
@@ -331,7 +387,12 @@ fn decode(bytes: &[u8], workspace: &Path) -> Option<HashMap<Vec<u8>, Listing>> {
         return None;
     }
     let mut r = Reader(body);
-    if r.take(MAGIC.len())? != MAGIC || r.bytes()? != workspace.as_os_str().as_bytes() {
+    if r.take(MAGIC.len())? != MAGIC || r.u32()? != crate::policy::SECRET_NAME_RULES as usize {
+        return None;
+    }
+    // Written "later" than now: the clock was set back since, and a change
+    // made after that could carry a stamp the cache already holds.
+    if r.u64()? > now_nanos() || r.bytes()? != workspace.as_os_str().as_bytes() {
         return None;
     }
     let count = r.u32()?;
@@ -397,6 +458,26 @@ mod tests {
         }
         assert_eq!(decode(&bytes[..bytes.len() - 1], ws), None);
         assert_eq!(decode(b"", ws), None);
+        // Written under other secret-name rules, or "after" now (the clock
+        // was set back since): not read either, digest and all in order.
+        let patched = |offset: usize, field: &[u8]| {
+            let mut b = bytes[..bytes.len() - 32].to_vec();
+            b[offset..offset + field.len()].copy_from_slice(field);
+            let digest = Sha256::digest(&b);
+            b.extend_from_slice(&digest);
+            b
+        };
+        let rules = MAGIC.len();
+        let written_at = rules + 4;
+        assert_eq!(decode(&patched(written_at, &0u64.to_le_bytes()), ws), Some(sample()));
+        assert_eq!(
+            decode(
+                &patched(rules, &(crate::policy::SECRET_NAME_RULES + 1).to_le_bytes()),
+                ws
+            ),
+            None
+        );
+        assert_eq!(decode(&patched(written_at, &u64::MAX.to_le_bytes()), ws), None);
     }
 
     #[test]
