@@ -55,14 +55,15 @@ pub const RACY_MARGIN: Duration = Duration::from_secs(1);
 const MAGIC: &[u8] = b"tether-exec secret-scan listings 2\n";
 
 /// Filesystems whose directory ctimes this machine's clock stamps, and which
-/// nothing but this kernel changes (not NFS, FUSE or overlayfs).
-const LOCAL_FILESYSTEMS: &[i64] = &[
-    0xEF53,      // ext2/3/4
-    0x5846_5342, // xfs
-    0x9123_683E, // btrfs
-    0x0102_1994, // tmpfs
-    0xF2F5_2010, // f2fs
-    0x2FC1_2FC1, // zfs
+/// nothing but this kernel changes (not NFS, FUSE or overlayfs), with
+/// whether they can encrypt a directory (fscrypt). On those a directory is
+/// cached only if `statx` says whether it is encrypted, and it is not.
+const LOCAL_FILESYSTEMS: &[(i64, bool)] = &[
+    (0xEF53, true),       // ext2/3/4
+    (0xF2F5_2010, true),  // f2fs
+    (0x9123_683E, true),  // btrfs
+    (0x5846_5342, false), // xfs
+    (0x0102_1994, false), // tmpfs
 ];
 
 /// An entry's kind, by its directory entry (a symlink is `Other`, whatever
@@ -113,6 +114,8 @@ pub struct Listings {
     workspace: PathBuf,
     file: Option<PathBuf>,
     root_dev: Option<u64>,
+    /// The workspace's filesystem has no fscrypt.
+    never_encrypted: bool,
     old: HashMap<Vec<u8>, Listing>,
     seen: HashMap<Vec<u8>, Listing>,
 }
@@ -121,9 +124,10 @@ impl Listings {
     /// The cached listings of `workspace` in `state`'s cache (`None`: keep
     /// nothing, read every directory).
     pub fn load(state: Option<&Path>, workspace: &Path) -> Listings {
+        let local = local_filesystem(workspace);
         let root_dev = std::fs::metadata(workspace)
             .ok()
-            .filter(|_| is_local(workspace))
+            .filter(|_| local.is_some())
             .map(|m| m.dev());
         let file = state.filter(|_| root_dev.is_some()).map(|s| cache_file(s, workspace));
         let old = file
@@ -135,6 +139,7 @@ impl Listings {
             workspace: workspace.to_path_buf(),
             file,
             root_dev,
+            never_encrypted: local == Some(false),
             old,
             seen: HashMap::new(),
         }
@@ -171,8 +176,9 @@ impl Listings {
             ctime: (st.stx_ctime.tv_sec, i64::from(st.stx_ctime.tv_nsec)),
             mtime: (st.stx_mtime.tv_sec, i64::from(st.stx_mtime.tv_nsec)),
         };
-        let encrypted = st.stx_attributes_mask & ATTR_ENCRYPTED != 0 && st.stx_attributes & ATTR_ENCRYPTED != 0;
-        let cacheable = self.root_dev == Some(stamp.dev) && !encrypted && stamp.ctime.1 != 0;
+        let unencrypted = (self.never_encrypted || st.stx_attributes_mask & ATTR_ENCRYPTED != 0)
+            && st.stx_attributes & ATTR_ENCRYPTED == 0;
+        let cacheable = self.root_dev == Some(stamp.dev) && unencrypted && stamp.ctime.1 != 0;
         if cacheable {
             if let Some(l) = self.old.get(&key).filter(|l| l.stamp == stamp) {
                 let l = l.clone();
@@ -286,10 +292,16 @@ fn statx_at(dirfd: std::os::fd::RawFd, name: &std::ffi::CStr, flags: libc::c_int
     }
 }
 
+/// Whether `path` is on one of [`LOCAL_FILESYSTEMS`] (`None` if not), and
+/// whether that one can encrypt.
 // `f_type`'s type differs between architectures.
 #[allow(clippy::unnecessary_cast)]
-fn is_local(path: &Path) -> bool {
-    nix::sys::statfs::statfs(path).is_ok_and(|s| LOCAL_FILESYSTEMS.contains(&(s.filesystem_type().0 as i64)))
+fn local_filesystem(path: &Path) -> Option<bool> {
+    let kind = nix::sys::statfs::statfs(path).ok()?.filesystem_type().0 as i64;
+    LOCAL_FILESYSTEMS
+        .iter()
+        .find(|(k, _)| *k == kind)
+        .map(|&(_, can_encrypt)| can_encrypt)
 }
 
 /// `<state>/scan/<digest of the workspace path>`.
@@ -512,9 +524,7 @@ mod tests {
         let want = |name: &str, _: EntryKind| name.starts_with(".env");
         let scan = |expect_cached: bool| {
             let mut l = Listings::load(Some(&state), &ws);
-            if !is_local(&ws) {
-                return None;
-            }
+            local_filesystem(&ws)?;
             assert_eq!(l.old.contains_key(b"app".as_slice()), expect_cached);
             let root = l.list(Path::new(""), &ws, &want).unwrap();
             let app = l.list(Path::new("app"), &ws.join("app"), &want).unwrap();
