@@ -175,6 +175,16 @@ fn only_ours_to_rename_in(dir: &Path) -> bool {
     })
 }
 
+/// The process's umask, read once (reading it means setting it and back).
+fn process_umask() -> u32 {
+    static UMASK: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *UMASK.get_or_init(|| {
+        let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o022));
+        nix::sys::stat::umask(old);
+        old.bits()
+    })
+}
+
 /// Whether the launcher that made a capture (its name starts with its pid) still runs.
 fn maker_alive(name: &std::ffi::OsStr) -> bool {
     let pid = name
@@ -258,7 +268,9 @@ impl Capture {
                 w
             }
         };
-        if let Some(parent) = upper.parent() {
+        // A nested git directory needs its parents in the upper layer; the
+        // workspace's own `.git` sits right in it.
+        if let Some(parent) = upper.parent().filter(|p| *p != self.upper()) {
             std::fs::create_dir_all(parent).map_err(|e| err(parent, e))?;
         }
         let mode = lower.mode() & 0o7777;
@@ -270,12 +282,13 @@ impl Capture {
                 .map_err(|e| err(&upper, e))?;
         }
         // Only if the umask took bits away.
-        let umask = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o022));
-        nix::sys::stat::umask(umask);
-        if mode & umask.bits() != 0 {
+        if mode & process_umask() != 0 {
             std::fs::set_permissions(&upper, std::fs::Permissions::from_mode(mode)).map_err(|e| err(&upper, e))?;
         }
-        if nix::unistd::geteuid().is_root() {
+        // Made with our ids: given away only when the directory it covers is
+        // someone else's (run by root).
+        let ours = (nix::unistd::geteuid().as_raw(), nix::unistd::getegid().as_raw());
+        if ours.0 == 0 && (lower.uid(), lower.gid()) != ours {
             for d in [&upper, &work] {
                 std::os::unix::fs::lchown(d, Some(lower.uid()), Some(lower.gid())).map_err(|e| err(d, e))?;
             }
