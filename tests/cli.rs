@@ -269,3 +269,29 @@ fn doctor_sweeps_only_its_own_dead_probes() {
         assert!(theirs.join("f").exists(), "another user's directory stays");
     }
 }
+
+/// Run by root in a root-owned repository whose state directory is
+/// set-group-ID with another group (or on a filesystem mounted `grpid`):
+/// the git directory's capture is made there and takes that group, which
+/// the sandbox does not map. It is given root's ids back, so the overlay
+/// mounts and a commit made inside lands.
+#[test]
+fn a_set_group_id_state_directory_does_not_break_a_git_run() {
+    if !is_root() {
+        eprintln!("not root: only root's captures are given the workspace's ids");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let w = World::new();
+    std::os::unix::fs::chown(&w.state, None, Some(65534)).unwrap();
+    std::fs::set_permissions(&w.state, std::fs::Permissions::from_mode(0o2755)).unwrap();
+    host_git(&w, &["init", "-q", "-b", "main", "."]);
+    host_git(&w, &["commit", "-q", "--allow-empty", "-m", "init"]);
+    let o = w.run("git -c user.name=a -c user.email=b@c commit -q --allow-empty -m inside && echo DONE");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        host_git(&w, &["log", "--format=%s"]).starts_with("inside\n"),
+        "{}",
+        text(&o)
+    );
+}

@@ -285,10 +285,11 @@ impl Capture {
         if mode & process_umask() != 0 {
             std::fs::set_permissions(&upper, std::fs::Permissions::from_mode(mode)).map_err(|e| err(&upper, e))?;
         }
-        // Made with our ids: given away only when the directory it covers is
-        // someone else's (run by root).
-        let ours = (nix::unistd::geteuid().as_raw(), nix::unistd::getegid().as_raw());
-        if ours.0 == 0 && (lower.uid(), lower.gid()) != ours {
+        // Always, as root: even for ids root has, a directory made in a
+        // set-group-ID directory (or on a filesystem mounted `grpid`) takes its
+        // parent's group, which the sandbox may not map, and the overlay then
+        // refuses to mount.
+        if nix::unistd::geteuid().is_root() {
             for d in [&upper, &work] {
                 std::os::unix::fs::lchown(d, Some(lower.uid()), Some(lower.gid())).map_err(|e| err(d, e))?;
             }
