@@ -596,9 +596,12 @@ fn execute(
             rec.kind = EntryKind::SetupFailure;
             rec.detail = Some(e.to_string());
             receipt.error = Some(e.to_string());
-            stderr.push(format!(
-                "tether-exec: {e}\nnothing ran; `tether-exec doctor` reports what this kernel offers"
-            ));
+            // The launcher's own failures before the start name themselves;
+            // the sandbox's set-up steps point at `doctor`.
+            stderr.push(match &e {
+                apply::ApplyError::NotStarted(why) => why.clone(),
+                _ => format!("tether-exec: {e}\nnothing ran; `tether-exec doctor` reports what this kernel offers"),
+            });
             exit::INTERNAL
         }
         Ok(o) => {

@@ -780,6 +780,33 @@ fn secrets_made_after_a_cached_scan_are_still_found() {
     );
 }
 
+/// A `.env` whose name is not UTF-8 is a secret like any other: hidden
+/// during the run, and one the run makes does not stay. Such a name used to
+/// stop every writable run (exit 125): the check a run owes could not be
+/// written down.
+#[test]
+fn env_files_named_in_bytes_that_are_not_utf8_are_still_protected() {
+    use std::os::unix::ffi::OsStrExt;
+    let w = World::new();
+    let odd = w.ws.join(std::ffi::OsStr::from_bytes(b".env\xff"));
+    std::fs::write(&odd, "API_TOKEN=sekrit-bytes").unwrap();
+    let script = "cat .env* 2>&1; echo END";
+    let o = w.run(script);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(stdout(&o).contains("END"), "{}", text(&o));
+    assert!(!text(&o).contains("sekrit"), "a secret leaked: {}", text(&o));
+    assert!(text(&w.control(script)).contains("sekrit-bytes"), "control");
+    // One the run makes, with a name of the same kind, is moved aside.
+    let o = w.run("python3 -c \"open(b'.env\\xfe', 'w').write('NODE_OPTIONS=x')\"; echo WROTE");
+    assert!(stdout(&o).contains("WROTE"), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    assert!(
+        !exists(&w.ws.join(std::ffi::OsStr::from_bytes(b".env\xfe"))),
+        "{}",
+        text(&o)
+    );
+}
+
 #[test]
 fn the_workspace_is_writable_and_home_is_the_workspace() {
     let w = World::new();

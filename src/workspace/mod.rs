@@ -162,6 +162,28 @@ pub fn bump_generation(state_dir: &Path, workspace: &Path) -> Result<u64, Worksp
 mod tests {
     use super::*;
 
+    /// A workspace may hold names that are not UTF-8; the check a run owes is
+    /// written to disk all the same, and read back as it was.
+    #[test]
+    fn a_snapshot_with_names_that_are_not_utf8_survives_its_record() {
+        use std::os::unix::ffi::OsStringExt;
+        let odd = PathBuf::from(std::ffi::OsString::from_vec(b".env\xff".to_vec()));
+        let before = ProtectedSnapshot {
+            entries: vec![(odd.join("config"), Some((1, 2))), (PathBuf::from(".git/hooks"), None)],
+            git_dirs: vec![odd.clone()],
+            pointers: vec![(odd.clone(), None)],
+            env_files: EnvSecrets(vec![(odd.clone(), Some((3, 4, 5, 6)))]),
+        };
+        let text = serde_json::to_vec(&PendingRecord {
+            workspace: path_bytes(&odd),
+            before: before.clone(),
+        })
+        .unwrap();
+        let back: PendingRecord = serde_json::from_slice(&text).unwrap();
+        assert_eq!(bytes_path(back.workspace), odd);
+        assert_eq!(format!("{:?}", back.before), format!("{before:?}"));
+    }
+
     #[test]
     fn fingerprint_sees_content_metadata_and_names() {
         let d = tempfile::tempdir().unwrap();
@@ -502,7 +524,7 @@ pub struct SecretScan {
 
 /// The `.env*` secrets (files, symlinks: anything a loader would read but a
 /// directory), relative to the workspace, with their identities.
-#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default)]
 pub struct EnvSecrets(Vec<(PathBuf, Option<EnvIdentity>)>);
 
 pub fn scan_secrets(workspace: &Path, state: Option<&Path>) -> SecretScan {
@@ -559,13 +581,63 @@ fn scan(workspace: &Path, state: Option<&Path>, want: impl Fn(&str, listing::Ent
 }
 
 /// (device, inode) of each protected path before a run; `None` where absent.
+/// Kept on disk with its paths as bytes (see [`SnapshotRecord`]).
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(into = "SnapshotRecord", from = "SnapshotRecord")]
 pub struct ProtectedSnapshot {
     entries: Vec<(PathBuf, Option<(u64, u64)>)>,
     git_dirs: Vec<PathBuf>,
     pointers: Vec<(PathBuf, Option<(u64, u64)>)>,
     /// `.env*` secrets (templates excepted) as the secret scan found them.
     env_files: EnvSecrets,
+}
+
+/// A [`ProtectedSnapshot`] as written to disk: every path as its bytes,
+/// because serde refuses a path that is not UTF-8, and a file in the
+/// workspace (`.env\xff`) may have such a name: its check could then not be
+/// recorded, and no writable run could start.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct SnapshotRecord {
+    entries: Vec<IdentityRecord>,
+    git_dirs: Vec<Vec<u8>>,
+    pointers: Vec<IdentityRecord>,
+    env_files: Vec<(Vec<u8>, Option<EnvIdentity>)>,
+}
+
+/// A path's bytes and its (device, inode), if it existed.
+type IdentityRecord = (Vec<u8>, Option<(u64, u64)>);
+
+fn path_bytes(p: &Path) -> Vec<u8> {
+    p.as_os_str().as_bytes().to_vec()
+}
+
+fn bytes_path(b: Vec<u8>) -> PathBuf {
+    use std::os::unix::ffi::OsStringExt;
+    PathBuf::from(std::ffi::OsString::from_vec(b))
+}
+
+impl From<ProtectedSnapshot> for SnapshotRecord {
+    fn from(s: ProtectedSnapshot) -> SnapshotRecord {
+        let pairs = |v: Vec<(PathBuf, Option<(u64, u64)>)>| v.iter().map(|(p, id)| (path_bytes(p), *id)).collect();
+        SnapshotRecord {
+            entries: pairs(s.entries),
+            git_dirs: s.git_dirs.iter().map(|p| path_bytes(p)).collect(),
+            pointers: pairs(s.pointers),
+            env_files: s.env_files.0.iter().map(|(p, id)| (path_bytes(p), *id)).collect(),
+        }
+    }
+}
+
+impl From<SnapshotRecord> for ProtectedSnapshot {
+    fn from(r: SnapshotRecord) -> ProtectedSnapshot {
+        let pairs = |v: Vec<IdentityRecord>| v.into_iter().map(|(p, id)| (bytes_path(p), id)).collect();
+        ProtectedSnapshot {
+            entries: pairs(r.entries),
+            git_dirs: r.git_dirs.into_iter().map(bytes_path).collect(),
+            pointers: pairs(r.pointers),
+            env_files: EnvSecrets(r.env_files.into_iter().map(|(p, id)| (bytes_path(p), id)).collect()),
+        }
+    }
 }
 
 fn identity(p: &Path) -> Option<(u64, u64)> {
@@ -628,7 +700,8 @@ pub struct PendingCheck {
 
 #[derive(serde::Serialize, serde::Deserialize)]
 struct PendingRecord {
-    workspace: PathBuf,
+    /// As bytes (see [`SnapshotRecord`]).
+    workspace: Vec<u8>,
     before: ProtectedSnapshot,
 }
 
@@ -644,7 +717,7 @@ impl PendingCheck {
             .map_or(0, |d| d.as_nanos());
         let path = dir.join(format!("{}-{nanos}.json", std::process::id()));
         let text = serde_json::to_vec(&PendingRecord {
-            workspace: workspace.to_path_buf(),
+            workspace: path_bytes(workspace),
             before: before.clone(),
         })
         .map_err(|e| WorkspaceError::Read {
@@ -688,16 +761,17 @@ pub fn recover_pending_checks(state: &Path) -> Vec<String> {
             .ok()
             .and_then(|b| serde_json::from_slice::<PendingRecord>(&b).ok());
         if let Some(r) = record {
-            match enforce_protected(&r.workspace, &r.before, Some(state)) {
+            let workspace = bytes_path(r.workspace);
+            match enforce_protected(&workspace, &r.before, Some(state)) {
                 Ok(v) if v.is_empty() => {}
                 Ok(v) => report.push(format!(
                     "an interrupted run in {} wrote protected paths: {}",
-                    r.workspace.display(),
+                    workspace.display(),
                     v.join("; ")
                 )),
                 Err(err) => report.push(format!(
                     "could not check the protected paths of an interrupted run in {}: {err}",
-                    r.workspace.display()
+                    workspace.display()
                 )),
             }
         }
