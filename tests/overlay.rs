@@ -659,3 +659,84 @@ fn spawn_paused(w: &World, at: &str, script: &str) -> (std::process::Child, std:
     wait_for(&pause);
     (child, pause)
 }
+
+/// With a umask of 000 and a state directory others may enter, another user
+/// cannot put a file into a running capture's upper layer (it would land in
+/// the workspace as the run's own): the capture directory is the launcher's
+/// alone. Control: the same capture opened up lets the planted file land.
+#[test]
+fn another_user_cannot_plant_files_in_a_running_capture() {
+    if !is_root() {
+        eprintln!("not root: planting as another user needs setpriv as root");
+        return;
+    }
+    use std::os::unix::process::CommandExt;
+    let w = world();
+    for d in [w.root.path(), w.state.as_path()] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let p = w.policy(MD);
+    let attempt = |open_up: bool| {
+        let mut cmd = w.command(&[
+            "run",
+            "--policy",
+            p.to_str().unwrap(),
+            "-c",
+            "sleep 2; echo run > docs/run.md",
+        ]);
+        // SAFETY: umask is async-signal-safe.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::umask(0);
+                Ok(())
+            })
+        };
+        let child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        let overlays = w.state.join("overlays");
+        let start = std::time::Instant::now();
+        let capture = loop {
+            let found = std::fs::read_dir(&overlays)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|e| e.path())
+                .find(|c| c.join("upper").is_dir());
+            if let Some(c) = found {
+                break c;
+            }
+            assert!(start.elapsed() < Duration::from_secs(10), "no capture appeared");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let mode = std::fs::metadata(&capture).unwrap().mode() & 0o777;
+        if open_up {
+            std::fs::set_permissions(&capture, std::fs::Permissions::from_mode(0o755)).unwrap();
+            std::fs::set_permissions(capture.join("upper"), std::fs::Permissions::from_mode(0o777)).unwrap();
+            std::fs::create_dir_all(capture.join("upper/docs")).unwrap();
+            std::fs::set_permissions(capture.join("upper/docs"), std::fs::Permissions::from_mode(0o777)).unwrap();
+        }
+        let planted = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c"])
+            .arg(format!(
+                "mkdir -p {0}/upper/docs; echo planted > {0}/upper/docs/planted.md",
+                capture.display()
+            ))
+            .output()
+            .unwrap();
+        let o = child.wait_with_output().unwrap();
+        (mode, planted.status.success(), o)
+    };
+    let (mode, planted, o) = attempt(false);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(mode & 0o077, 0, "the capture directory is {mode:o}");
+    assert!(!planted, "another user wrote into the capture");
+    assert!(!exists(&w.ws.join("docs/planted.md")), "a planted file landed");
+    assert!(exists(&w.ws.join("docs/run.md")));
+    // Control: opened up, the capture takes the other user's file, and it lands.
+    let (_, planted, o) = attempt(true);
+    assert!(planted, "control: the plant failed: {}", text(&o));
+    assert!(
+        exists(&w.ws.join("docs/planted.md")),
+        "control: nothing landed: {}",
+        text(&o)
+    );
+}

@@ -210,11 +210,21 @@ impl Capture {
             .ok()
             .map(|m| (m.uid(), m.gid()))
             .filter(|&(u, _)| nix::unistd::geteuid().is_root() && u != 0);
-        if let Err(e) = std::fs::create_dir(&dir) {
+        // Ours alone, whatever the umask and whoever may enter the directory
+        // above: what another user put in the upper layer would land in the
+        // workspace as the run's.
+        let private = || {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new().mode(0o700).create(&dir)
+        };
+        if let Err(e) = private() {
             if e.kind() != std::io::ErrorKind::NotFound {
                 return Err(err(&dir, e));
             }
-            std::fs::create_dir_all(&dir).map_err(|e| err(&dir, e))?;
+            if let Some(parent) = dir.parent() {
+                std::fs::create_dir_all(parent).map_err(|e| err(parent, e))?;
+            }
+            private().map_err(|e| err(&dir, e))?;
         }
         for d in [dir.join("upper"), dir.join("work")] {
             std::fs::create_dir(&d).map_err(|e| err(&d, e))?;
