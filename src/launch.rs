@@ -380,7 +380,7 @@ fn plan_for(
     state: &Path,
     capture: Option<&Capture>,
 ) -> Result<(plan::Plan, crate::workspace::EnvSecrets), String> {
-    let mut facts = sandbox::host_facts(policy, ws, crate::state::account_home().as_deref(), Some(state));
+    let mut facts = sandbox::host_facts(policy, ws, crate::state::account_home().as_deref(), state);
     match capture {
         Some(c) if c.subtrees.is_empty() => facts.overlay = Some((c.upper(), c.work())),
         Some(c) => {
@@ -680,7 +680,7 @@ fn execute(
     // After the capture landed: the index it lands may name new repositories.
     let mut violations = Vec::new();
     if let Some(before) = &protected_before {
-        match crate::workspace::enforce_protected(&plan.workspace, before, Some(state)) {
+        match crate::workspace::enforce_protected(&plan.workspace, before, state) {
             Ok(v) => violations = v,
             Err(e) => violations.push(format!("could not check protected paths: {e}")),
         }

@@ -32,7 +32,7 @@ fn root_maps_to_host_root() -> bool {
 /// Read what the planner needs to know about this host and workspace.
 /// `state`: where the secret scan keeps its listings (see
 /// [`crate::workspace::listing`]).
-pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state: Option<&Path>) -> HostFacts {
+pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state: &Path) -> HostFacts {
     // SAFETY-free: geteuid/getegid via nix.
     let uid = nix::unistd::geteuid().as_raw();
     let gid = nix::unistd::getegid().as_raw();

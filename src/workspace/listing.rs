@@ -121,15 +121,15 @@ pub struct Listings {
 }
 
 impl Listings {
-    /// The cached listings of `workspace` in `state`'s cache (`None`: keep
-    /// nothing, read every directory).
-    pub fn load(state: Option<&Path>, workspace: &Path) -> Listings {
+    /// The cached listings of `workspace` in the state directory `state`
+    /// (none where its filesystem is not cached: see [`LOCAL_FILESYSTEMS`]).
+    pub fn load(state: &Path, workspace: &Path) -> Listings {
         let local = local_filesystem(workspace);
         let root_dev = std::fs::metadata(workspace)
             .ok()
             .filter(|_| local.is_some())
             .map(|m| m.dev());
-        let file = state.filter(|_| root_dev.is_some()).map(|s| cache_file(s, workspace));
+        let file = root_dev.map(|_| cache_file(state, workspace));
         let old = file
             .as_deref()
             .and_then(|f| std::fs::read(f).ok())
@@ -523,7 +523,7 @@ mod tests {
         std::fs::write(ws.join("app/.env"), "x").unwrap();
         let want = |name: &str, _: EntryKind| name.starts_with(".env");
         let scan = |expect_cached: bool| {
-            let mut l = Listings::load(Some(&state), &ws);
+            let mut l = Listings::load(&state, &ws);
             local_filesystem(&ws)?;
             assert_eq!(l.old.contains_key(b"app".as_slice()), expect_cached);
             let root = l.list(Path::new(""), &ws, &want).unwrap();
@@ -543,7 +543,7 @@ mod tests {
         let (_, app) = scan(true).unwrap();
         assert_eq!(app.hits, vec![b".env".to_vec()]);
         std::fs::write(ws.join("app/.env.local"), "y").unwrap();
-        let mut l = Listings::load(Some(&state), &ws);
+        let mut l = Listings::load(&state, &ws);
         let mut hits = l.list(Path::new("app"), &ws.join("app"), &want).unwrap().hits;
         hits.sort();
         assert_eq!(hits, vec![b".env".to_vec(), b".env.local".to_vec()]);

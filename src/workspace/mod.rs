@@ -527,7 +527,7 @@ pub struct SecretScan {
 #[derive(Debug, Clone, Default)]
 pub struct EnvSecrets(Vec<(PathBuf, Option<EnvIdentity>)>);
 
-pub fn scan_secrets(workspace: &Path, state: Option<&Path>) -> SecretScan {
+pub fn scan_secrets(workspace: &Path, state: &Path) -> SecretScan {
     let found = scan(workspace, state, |name, kind| {
         (kind == listing::EntryKind::File && crate::policy::is_secret_name(name)) || crate::policy::is_env_secret(name)
     });
@@ -553,8 +553,8 @@ pub fn scan_secrets(workspace: &Path, state: Option<&Path>) -> SecretScan {
 /// Entries (never directories) whose name and type `want` accepts, found
 /// as the secret scan looks: bounded depth, skipping [`SCAN_SKIP_DIRS`].
 /// Directories unchanged since an earlier scan are not read again (see
-/// [`listing`]); `state` holds those listings (`None`: read them all).
-fn scan(workspace: &Path, state: Option<&Path>, want: impl Fn(&str, listing::EntryKind) -> bool) -> Vec<PathBuf> {
+/// [`listing`]); `state` is the state directory, which holds those listings.
+fn scan(workspace: &Path, state: &Path, want: impl Fn(&str, listing::EntryKind) -> bool) -> Vec<PathBuf> {
     let mut listings = listing::Listings::load(state, workspace);
     let mut out = Vec::new();
     let mut stack = vec![(PathBuf::new(), 0usize)];
@@ -762,7 +762,7 @@ pub fn recover_pending_checks(state: &Path) -> Vec<String> {
             .and_then(|b| serde_json::from_slice::<PendingRecord>(&b).ok());
         if let Some(r) = record {
             let workspace = bytes_path(r.workspace);
-            match enforce_protected(&workspace, &r.before, Some(state)) {
+            match enforce_protected(&workspace, &r.before, state) {
                 Ok(v) if v.is_empty() => {}
                 Ok(v) => report.push(format!(
                     "an interrupted run in {} wrote protected paths: {}",
@@ -794,11 +794,7 @@ fn quarantine_name(p: &Path) -> PathBuf {
 /// After a run: a protected path the run created is moved aside (never
 /// deleted: the operator may want to see it), and a `.git` that was replaced
 /// is put back from where the run moved it. Returns one line per violation.
-pub fn enforce_protected(
-    root: &Path,
-    before: &ProtectedSnapshot,
-    state: Option<&Path>,
-) -> Result<Vec<String>, WorkspaceError> {
+pub fn enforce_protected(root: &Path, before: &ProtectedSnapshot, state: &Path) -> Result<Vec<String>, WorkspaceError> {
     let mut violations = Vec::new();
     // Git directories the run created: their control files are protected
     // paths that did not exist before.
