@@ -953,6 +953,7 @@ impl ApprovalStore {
                 })
             }
         }
+        let wal_existed = crate::state::wal_exists(&path);
         let conn = Connection::open(&path).db("opening the approval database")?;
         conn.busy_timeout(BUSY_TIMEOUT).db("setting the busy timeout")?;
         // Switching to WAL needs a moment of exclusive access and, unlike
@@ -977,6 +978,12 @@ impl ApprovalStore {
         if current != MIGRATIONS.len() as i64 {
             store.migrate()?;
         }
+        // After the migration: a new database gets its WAL at its first write.
+        crate::state::sync_dir_if_wal_made(&store.path, wal_existed).map_err(|source| ApprovalError::Io {
+            action: "sync the directory of the new write-ahead log of",
+            path: store.path.clone(),
+            source,
+        })?;
         Ok(store)
     }
 

@@ -708,6 +708,7 @@ fn open_log(path: &Path) -> Result<File, AuditError> {
 }
 
 fn open_db(path: &Path) -> Result<Connection, AuditError> {
+    let wal_existed = crate::state::wal_exists(path);
     let conn = Connection::open_with_flags(
         path,
         OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
@@ -734,6 +735,11 @@ fn open_db(path: &Path) -> Result<Connection, AuditError> {
     }
     crate::approval::retry_busy(|| conn.execute_batch("PRAGMA synchronous = NORMAL"))?;
     migrate(&conn)?;
+    // After the migration: a new database gets its WAL at its first write.
+    crate::state::sync_dir_if_wal_made(path, wal_existed).map_err(io_err(format!(
+        "cannot sync {} after its write-ahead log was made",
+        path.parent().unwrap_or(path).display()
+    )))?;
     Ok(conn)
 }
 
