@@ -131,6 +131,70 @@ fn parse_run_fast(
     Some((GlobalArgs { state_dir }, RunArgs { spec, session, receipt }))
 }
 
+/// `approve ID`, `reject ID --reason TEXT` and `resume ID [--receipt FILE]`,
+/// each with `--state-dir DIR` anywhere, read without building the whole
+/// command tree (about 0.3 ms of each of the three processes a held action
+/// costs). Same rules as [`parse_run_fast`]: long options as `--name VALUE`
+/// or `--name=VALUE`, each at most once; one id that does not start with
+/// `-`; `None` for anything else, which [`Cli`] then parses.
+fn parse_approval_fast(
+    args: &[std::ffi::OsString],
+    env_state_dir: Option<&std::ffi::OsStr>,
+) -> Option<(GlobalArgs, Command)> {
+    let mut it = args.iter();
+    let verb = it.next()?.to_str()?;
+    if !matches!(verb, "approve" | "reject" | "resume") {
+        return None;
+    }
+    let (mut id, mut reason, mut receipt, mut state_dir) = (None, None, None, None);
+    while let Some(arg) = it.next() {
+        let arg = arg.to_str()?;
+        if !arg.starts_with('-') {
+            if id.replace(arg.to_string()).is_some() {
+                return None;
+            }
+            continue;
+        }
+        let (name, inline) = match arg.split_once('=') {
+            Some((name, value)) => (name, Some(value)),
+            None => (arg, None),
+        };
+        let value = match inline {
+            Some(v) => v,
+            None => it.next()?.to_str()?,
+        };
+        if value.is_empty() || value.starts_with('-') {
+            return None;
+        }
+        let slot = match (verb, name) {
+            (_, "--state-dir") => &mut state_dir,
+            ("reject", "--reason") => &mut reason,
+            ("resume", "--receipt") => &mut receipt,
+            _ => return None,
+        };
+        if slot.replace(value.to_string()).is_some() {
+            return None;
+        }
+    }
+    let id = id?;
+    // clap refuses an empty variable even when the option is given.
+    if env_state_dir.is_some_and(|e| e.is_empty()) {
+        return None;
+    }
+    let state_dir = state_dir
+        .map(PathBuf::from)
+        .or_else(|| env_state_dir.map(PathBuf::from));
+    let command = match verb {
+        "approve" => Command::Approve { id },
+        "reject" => Command::Reject { id, reason: reason? },
+        _ => Command::Resume {
+            id,
+            receipt: receipt.map(PathBuf::from),
+        },
+    };
+    Some((GlobalArgs { state_dir }, command))
+}
+
 /// The command line when it starts with `run`: [`Cli`] with that one
 /// subcommand. Every agent command is a `run`, and building the whole command
 /// tree (every subcommand's arguments and help) before parsing costs a launch
@@ -329,9 +393,12 @@ pub fn main() -> i32 {
             Err(e) => parse_error(e),
         };
     }
-    let cli = match Cli::try_parse() {
-        Ok(c) => c,
-        Err(e) => return parse_error(e),
+    let cli = match parse_approval_fast(&args, std::env::var_os(STATE_DIR_ENV).as_deref()) {
+        Some((global, command)) => Cli { global, command },
+        None => match Cli::try_parse() {
+            Ok(c) => c,
+            Err(e) => return parse_error(e),
+        },
     };
     match cli.command {
         Command::Run(r) => run(&r.spec, r.session, r.receipt.as_deref(), cli.global.state_dir),
@@ -711,6 +778,16 @@ mod tests {
         Some(format!("{:?} {r:?}", c.global))
     }
 
+    /// How the whole [`Cli`] reads `args`, the state directory variable unset.
+    fn full_clap_reading(args: &[std::ffi::OsString]) -> Option<String> {
+        use clap::{CommandFactory, FromArgMatches};
+        let cmd = Cli::command().mut_arg("state_dir", |a| a.env(None::<&str>));
+        let argv = std::iter::once(std::ffi::OsString::from("tether-exec")).chain(args.iter().cloned());
+        let m = cmd.try_get_matches_from(argv).ok()?;
+        let c = Cli::from_arg_matches(&m).ok()?;
+        Some(format!("{:?} {:?}", c.global, c.command))
+    }
+
     fn os(args: &[&str]) -> Vec<std::ffi::OsString> {
         args.iter().map(std::ffi::OsString::from).collect()
     }
@@ -745,6 +822,62 @@ mod tests {
                 proptest::prop_assert_eq!(Some(fast), clap_reading(&args), "{:?}", args);
             }
         }
+    }
+
+    proptest::proptest! {
+        /// Whatever the fast reading of `approve`, `reject` or `resume`
+        /// accepts, the whole parser reads the same way.
+        #[test]
+        fn the_fast_reading_of_approvals_agrees_with_clap(
+            verb in proptest::sample::select(vec!["approve", "reject", "resume", "pending", "show"]),
+            words in proptest::collection::vec(proptest::sample::select(vec![
+                &["apr_0123456789abcdef"][..], &["apr_x"], &["--reason", "use make clean"], &["--reason=no"],
+                &["--receipt", "/tmp/r.json"], &["--receipt=r.json"], &["--state-dir", "/st"],
+                &["--state-dir=/st2"], &["--json"], &["--bogus"], &[""], &["-"], &["--"], &["--help"], &["-h"],
+                &["--version"], &["--reason"], &["--receipt="], &["--reason=-x"], &["--=x"], &["-x=1"],
+                &["--reason", "-x"], &["a=b"],
+            ]), 0..5),
+        ) {
+            let mut args = os(&[verb]);
+            for w in &words {
+                args.extend(w.iter().map(std::ffi::OsString::from));
+            }
+            if let Some((global, command)) = parse_approval_fast(&args, None) {
+                let fast = format!("{global:?} {command:?}");
+                proptest::prop_assert_eq!(Some(fast), full_clap_reading(&args), "{:?}", args);
+            }
+        }
+    }
+
+    #[test]
+    fn the_usual_approval_command_lines_take_the_fast_reading() {
+        for args in [
+            &["approve", "apr_0123456789abcdef"][..],
+            &["resume", "apr_0123456789abcdef", "--receipt", "/tmp/r.json"],
+            &[
+                "reject",
+                "apr_0123456789abcdef",
+                "--reason",
+                "delete build/ with make clean instead",
+            ],
+            &["--state-dir", "/st", "approve", "apr_1"],
+        ] {
+            let args = os(args);
+            let fast = parse_approval_fast(&args, None).map(|(g, c)| format!("{g:?} {c:?}"));
+            if args[0] == "--state-dir" {
+                // A global option before the subcommand is left to clap.
+                assert_eq!(fast, None);
+            } else {
+                assert_eq!(fast, full_clap_reading(&args), "{args:?}");
+            }
+        }
+        // The variable is read as clap reads it: an option given wins over it.
+        let args = os(&["approve", "apr_1", "--state-dir", "/flag"]);
+        let (g, _) = parse_approval_fast(&args, Some(std::ffi::OsStr::new("/env"))).unwrap();
+        assert_eq!(g.state_dir, Some(PathBuf::from("/flag")));
+        let (g, _) = parse_approval_fast(&os(&["approve", "apr_1"]), Some(std::ffi::OsStr::new("/env"))).unwrap();
+        assert_eq!(g.state_dir, Some(PathBuf::from("/env")));
+        assert!(parse_approval_fast(&os(&["approve", "apr_1"]), Some(std::ffi::OsStr::new(""))).is_none());
     }
 
     #[test]
