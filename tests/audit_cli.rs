@@ -180,6 +180,41 @@ fn an_unwritable_audit_log_means_nothing_is_held_or_previewed() {
 }
 
 #[test]
+fn an_audit_log_that_cannot_be_opened_approves_and_rejects_nothing() {
+    let w = World::new();
+    let policy = w.policy("require_approval_for = [\"touch\"]\ndefault = \"allow\"\n");
+    let o = w.tx(&["run", "--policy", policy.to_str().unwrap(), "-c", "touch held.txt"]);
+    assert_eq!(o.status.code(), Some(75), "{}", text(&o));
+    let id = held_id(&String::from_utf8_lossy(&o.stderr));
+    // The log's file made a directory: the log cannot be opened (as root too).
+    let log = w.state.join("audit/log.jsonl");
+    let kept = w.state.join("audit/log.jsonl.kept");
+    std::fs::rename(&log, &kept).unwrap();
+    std::fs::create_dir(&log).unwrap();
+    for (verb, args) in [
+        ("approved", vec!["approve", &id]),
+        ("rejected", vec!["reject", &id, "--reason", "no"]),
+    ] {
+        let o = w.tx(&args);
+        assert_eq!(o.status.code(), Some(125), "{}", text(&o));
+        assert!(
+            text(&o).contains(&format!("cannot open the audit log, so nothing was {verb}")),
+            "{}",
+            text(&o)
+        );
+    }
+    std::fs::remove_dir(&log).unwrap();
+    std::fs::rename(&kept, &log).unwrap();
+    // Still pending: neither the approval nor the rejection happened.
+    let o = w.tx(&["resume", &id]);
+    assert_eq!(o.status.code(), Some(75), "{}", text(&o));
+    // Control: with the log back, the approval goes through and is on record.
+    let o = w.tx(&["approve", &id]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(std::fs::read_to_string(&log).unwrap().contains("\"approved\""));
+}
+
+#[test]
 fn a_run_that_cannot_be_planned_is_still_on_record() {
     let w = World::new();
     // The planner refuses a state directory the command could reach.

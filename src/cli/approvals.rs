@@ -135,19 +135,25 @@ pub fn show(state: &Path, id: &str, json: bool) -> i32 {
     0
 }
 
-fn audit(state: &Path, kind: EntryKind, id: &str, key_id: &str, detail: Option<String>) -> Result<(), i32> {
+/// The audit log an approval or rejection goes on, opened before anything
+/// is decided: a log that cannot be opened decides nothing.
+fn opened_log(state: &Path, verb: &str) -> Result<AuditLog, i32> {
+    AuditLog::open(state).map_err(|e| {
+        error_line(&format!("cannot open the audit log, so nothing was {verb}: {e}"));
+        exit::INTERNAL
+    })
+}
+
+fn audit(log: &mut AuditLog, kind: EntryKind, id: &str, key_id: &str, detail: Option<String>) -> Result<(), i32> {
     let mut rec = AuditEntry::new(kind);
     rec.actor = Some(format!("approver:{key_id}"));
     rec.approval_id = Some(id.to_string());
     rec.approver_key_ids = Some(vec![key_id.to_string()]);
     rec.detail = detail;
-    AuditLog::open(state)
-        .and_then(|mut l| l.append(rec))
-        .map(|_| ())
-        .map_err(|e| {
-            error_line(&format!("cannot write the audit record: {e}"));
-            exit::INTERNAL
-        })
+    log.append(rec).map(|_| ()).map_err(|e| {
+        error_line(&format!("cannot write the audit record: {e}"));
+        exit::INTERNAL
+    })
 }
 
 /// The first approver key used with a state directory is trusted on first use;
@@ -196,6 +202,10 @@ pub fn approve(state: &Path, id: &str) -> i32 {
     if let Err(c) = refuse_while_landing(&st, id, "approved") {
         return c;
     }
+    let mut log = match opened_log(state, "approved") {
+        Ok(l) => l,
+        Err(c) => return c,
+    };
     if let Err(c) = trust_on_first_use(&st, &key) {
         return c;
     }
@@ -204,7 +214,7 @@ pub fn approve(state: &Path, id: &str) -> i32 {
         .map_or(0, |d| d.as_millis() as u64);
     match st.approve(id, &key, now) {
         Ok(a) => {
-            if let Err(c) = audit(state, EntryKind::Approved, id, &key.key_id(), None) {
+            if let Err(c) = audit(&mut log, EntryKind::Approved, id, &key.key_id(), None) {
                 return c;
             }
             let have = valid_approvals(&a);
@@ -233,6 +243,10 @@ pub fn reject(state: &Path, id: &str, reason: &str) -> i32 {
     if let Err(c) = refuse_while_landing(&st, id, "rejected") {
         return c;
     }
+    let mut log = match opened_log(state, "rejected") {
+        Ok(l) => l,
+        Err(c) => return c,
+    };
     if let Err(c) = trust_on_first_use(&st, &key) {
         return c;
     }
@@ -245,7 +259,13 @@ pub fn reject(state: &Path, id: &str, reason: &str) -> i32 {
             {
                 crate::workspace::overlay::discard_preview(&p.dir);
             }
-            if let Err(c) = audit(state, EntryKind::Rejected, id, &key.key_id(), Some(reason.to_string())) {
+            if let Err(c) = audit(
+                &mut log,
+                EntryKind::Rejected,
+                id,
+                &key.key_id(),
+                Some(reason.to_string()),
+            ) {
                 return c;
             }
             println!("rejected {id}: {reason}");
