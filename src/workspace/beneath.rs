@@ -64,6 +64,25 @@ impl Dir {
         self.0
     }
 
+    /// fsync this directory (its entries on disk), through a readable
+    /// descriptor of it: one opened `O_PATH` cannot be synced.
+    pub fn sync(&self) -> std::io::Result<()> {
+        // SAFETY: openat of "." relative to a descriptor we own; the result
+        // is owned below.
+        let fd = unsafe {
+            libc::openat(
+                self.fd(),
+                c".".as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: a fresh descriptor nobody else owns.
+        std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) }).sync_all()
+    }
+
     /// `rel` (relative, no `..`), beneath this directory, through real
     /// directories only. `""` is this directory again.
     pub fn dir(&self, rel: &Path) -> std::io::Result<Dir> {

@@ -1256,7 +1256,9 @@ fn same_mount(a: &Path, b: &Path) -> bool {
 
 /// Across filesystems (state directory elsewhere): copy into `to`/`name`
 /// (through a temporary name made exclusively, never followed), then drop the
-/// source. Re-running after a crash copies again, which is idempotent.
+/// source. Re-running after a crash copies again, which is idempotent. The
+/// copy and its name are on disk before the source goes: the two filesystems
+/// commit independently, and a power cut must not lose both.
 fn copy_then_remove(from: &Path, to: &beneath::Dir, name: &std::ffi::OsStr) -> std::io::Result<()> {
     let m = std::fs::symlink_metadata(from)?;
     if m.file_type().is_symlink() {
@@ -1275,9 +1277,11 @@ fn copy_then_remove(from: &Path, to: &beneath::Dir, name: &std::ffi::OsStr) -> s
         if let Some((u, g)) = owner_to_give(&m) {
             std::os::unix::fs::fchown(&out, Some(u), Some(g))?;
         }
+        out.sync_all()?;
         drop(out);
         to.rename_from(to, &tmp, name)?;
     }
+    to.sync()?;
     std::fs::remove_file(from)
 }
 
@@ -1294,12 +1298,17 @@ fn owner_to_give(made: &std::fs::Metadata) -> Option<(u32, u32)> {
 ///
 /// Only a journal with removals has anything in the trash to lose, so only
 /// its removal is synced (an fsync costs 0.2 to 2 ms on the machine this was
-/// measured on, and every resume of a preview pays one). A journal of moves
-/// and new directories that a power cut brings back finds its moves done
-/// (their source in the capture is gone) and its directories there; at
-/// worst it makes again an empty directory the person removed since.
+/// measured on, and every resume of a preview pays one), or one whose
+/// workspace is on another filesystem than the capture. On one filesystem
+/// that orders its metadata (ext4, xfs), a journal of moves and new
+/// directories that a power cut brings back finds its moves done (their
+/// source in the capture is gone, or was not yet moved) and its directories
+/// there; at worst it makes again an empty directory the person removed
+/// since. Across filesystems nothing orders the workspace's changes after
+/// the landing with the capture's: a journal brought back with its sources
+/// would copy them again over the person's later edits.
 fn cleanup(dir: &Path, ws: &Path, removals: bool) {
-    if std::fs::remove_file(dir.join(JOURNAL)).is_ok() && removals {
+    if std::fs::remove_file(dir.join(JOURNAL)).is_ok() && (removals || !same_mount(dir, ws)) {
         let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());
     }
     let _ = std::fs::remove_dir_all(trash_dir(dir, ws));
