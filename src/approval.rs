@@ -953,7 +953,6 @@ impl ApprovalStore {
                 })
             }
         }
-        let wal_existed = crate::state::wal_exists(&path);
         let conn = Connection::open(&path).db("opening the approval database")?;
         conn.busy_timeout(BUSY_TIMEOUT).db("setting the busy timeout")?;
         // Switching to WAL needs a moment of exclusive access and, unlike
@@ -978,12 +977,6 @@ impl ApprovalStore {
         if current != MIGRATIONS.len() as i64 {
             store.migrate()?;
         }
-        // After the migration: a new database gets its WAL at its first write.
-        crate::state::sync_dir_if_wal_made(&store.path, wal_existed).map_err(|source| ApprovalError::Io {
-            action: "sync the directory of the new write-ahead log of",
-            path: store.path.clone(),
-            source,
-        })?;
         Ok(store)
     }
 
@@ -1025,6 +1018,11 @@ impl ApprovalStore {
     /// landing journal, fsynced, names the run it records) and the first
     /// trusted key (trust on first use must not pass to the next key).
     fn immediate_durable(&self, context: &'static str) -> Result<Transaction<'_>> {
+        crate::state::make_wal_name_durable(&self.path).map_err(|source| ApprovalError::Io {
+            action: "sync the directory holding",
+            path: self.path.clone(),
+            source,
+        })?;
         self.conn.execute_batch("PRAGMA synchronous = FULL").db(context)?;
         Transaction::new_unchecked(&self.conn, TransactionBehavior::Immediate).db(context)
     }

@@ -534,6 +534,18 @@ impl AuditLog {
         }
     }
 
+    /// Whether an append would find the log as the database head describes
+    /// it (the checks an append makes before it writes; a crashed append's
+    /// tail is quarantined, as the append would). For a caller about to
+    /// decide something it must then record: a log that fails here fails
+    /// before the decision, not after.
+    pub fn ready_to_append(&mut self) -> Result<(), AuditError> {
+        self.conn.execute_batch("BEGIN IMMEDIATE")?;
+        let result = read_head(&self.conn).and_then(|head| self.align_log_with_head(&head));
+        let _ = self.conn.execute_batch("ROLLBACK");
+        result
+    }
+
     fn append_locked(&mut self, entry: AuditEntry) -> Result<u64, AuditError> {
         let head = read_head(&self.conn)?;
         self.align_log_with_head(&head)?;
@@ -708,7 +720,6 @@ fn open_log(path: &Path) -> Result<File, AuditError> {
 }
 
 fn open_db(path: &Path) -> Result<Connection, AuditError> {
-    let wal_existed = crate::state::wal_exists(path);
     let conn = Connection::open_with_flags(
         path,
         OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
@@ -735,11 +746,6 @@ fn open_db(path: &Path) -> Result<Connection, AuditError> {
     }
     crate::approval::retry_busy(|| conn.execute_batch("PRAGMA synchronous = NORMAL"))?;
     migrate(&conn)?;
-    // After the migration: a new database gets its WAL at its first write.
-    crate::state::sync_dir_if_wal_made(path, wal_existed).map_err(io_err(format!(
-        "cannot sync {} after its write-ahead log was made",
-        path.parent().unwrap_or(path).display()
-    )))?;
     Ok(conn)
 }
 
@@ -2056,6 +2062,10 @@ pub mod unaudited {
 
         pub fn append(&mut self, _entry: super::AuditEntry) -> Result<u64, super::AuditError> {
             Ok(0)
+        }
+
+        pub fn ready_to_append(&mut self) -> Result<(), super::AuditError> {
+            Ok(())
         }
     }
 }

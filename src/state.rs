@@ -165,31 +165,42 @@ pub fn env_instance_id(state_dir: &std::path::Path, workspace: &std::path::Path)
     Ok(format!("env_{}", &crate::policy::hex(&h.finalize())[..24]))
 }
 
-/// Whether `<db>-wal` exists: asked before a database's first access, for
-/// [`sync_dir_if_wal_made`].
-pub fn wal_exists(db: &Path) -> bool {
-    let mut wal = db.as_os_str().to_owned();
-    wal.push("-wal");
-    std::fs::symlink_metadata(wal).is_ok()
+/// Make sure the name of a database's write-ahead log is on disk, before a
+/// commit that must survive a power cut relies on it.
+///
+/// `synchronous = FULL` syncs the WAL's bytes at commit, not its entry in
+/// the directory. The bundled SQLite is built with `SQLITE_DISABLE_DIRSYNC`
+/// (`.cargo/config.toml`): otherwise every process fsyncs the directory the
+/// first time it syncs the WAL, because it opened it with `O_CREAT` and
+/// cannot tell whether it made it; one more fsync in every resume (0.2 to
+/// 2 ms here). Here the directory is synced once per WAL file: after the
+/// sync, `<db>-wal.synced` is made a hard link to the WAL, and while the WAL
+/// is still that file (same device and inode), nothing is synced again. The
+/// link keeps the inode alive, so a WAL made since (first use, another
+/// SQLite client deleted it on close, a process killed before its sync)
+/// cannot have its number: it does not match, and is synced. The caller
+/// holds the database open, so SQLite cannot delete and remake the WAL
+/// between the sync and the link. Without the link (a filesystem that has
+/// none), every call syncs.
+pub fn make_wal_name_durable(db: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let wal = with_suffix(db, "-wal");
+    let marker = with_suffix(db, "-wal.synced");
+    if let (Ok(w), Ok(m)) = (std::fs::symlink_metadata(&wal), std::fs::symlink_metadata(&marker)) {
+        if w.dev() == m.dev() && w.ino() == m.ino() {
+            return Ok(());
+        }
+    }
+    std::fs::File::open(db.parent().unwrap_or(Path::new(".")))?.sync_all()?;
+    let _ = std::fs::remove_file(&marker);
+    let _ = std::fs::hard_link(&wal, &marker);
+    Ok(())
 }
 
-/// Make the creation of a database's WAL durable, if this process made it.
-///
-/// The bundled SQLite is built with `SQLITE_DISABLE_DIRSYNC`
-/// (`.cargo/config.toml`). Without it, every process fsyncs the database's
-/// directory the first time it syncs the WAL, because it opened the WAL with
-/// `O_CREAT` and cannot tell whether it made it: one more fsync in every
-/// resume (0.2 to 2 ms here). The WAL outlives processes here (no checkpoint
-/// on close), so it is new only on first use, or after another SQLite client
-/// (`audit verify`, the `sqlite3` shell) closed the database last and deleted
-/// it; the process that makes it syncs the directory once, when its open
-/// (first access, migration) is done.
-pub fn sync_dir_if_wal_made(db: &Path, existed_before: bool) -> std::io::Result<()> {
-    if existed_before || !wal_exists(db) {
-        return Ok(());
-    }
-    let dir = db.parent().unwrap_or(Path::new("."));
-    std::fs::File::open(dir)?.sync_all()
+fn with_suffix(p: &Path, suffix: &str) -> PathBuf {
+    let mut s = p.as_os_str().to_owned();
+    s.push(suffix);
+    PathBuf::from(s)
 }
 
 /// Past this size a database's WAL is folded back into it when a process closes it.
@@ -226,6 +237,33 @@ mod tests {
         assert_eq!(home_in_passwd(text, 1000), Some(PathBuf::from("/home/me")));
         assert_eq!(home_in_passwd(text, 7), None);
         assert_eq!(home_in_passwd(text, 4242), None);
+    }
+
+    #[test]
+    fn a_wal_name_is_synced_once_per_wal_file() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("x.sqlite");
+        let (wal, marker) = (dir.path().join("x.sqlite-wal"), dir.path().join("x.sqlite-wal.synced"));
+        let ino = |p: &Path| std::fs::symlink_metadata(p).unwrap().ino();
+        std::fs::write(&wal, b"").unwrap();
+        make_wal_name_durable(&db).unwrap();
+        let first = ino(&wal);
+        assert_eq!(ino(&marker), first, "the synced WAL is linked");
+        // The same file: left as it is. A new WAL cannot take the old one's
+        // inode number (the link keeps it): it is synced and linked anew.
+        make_wal_name_durable(&db).unwrap();
+        assert_eq!(ino(&marker), first);
+        std::fs::remove_file(&wal).unwrap();
+        std::fs::write(&wal, b"").unwrap();
+        assert_ne!(ino(&wal), first, "the freed number is still taken");
+        make_wal_name_durable(&db).unwrap();
+        assert_eq!(ino(&marker), ino(&wal));
+        // A marker that is not a link to the WAL (copied, torn) only costs a sync.
+        std::fs::remove_file(&marker).unwrap();
+        std::fs::write(&marker, b"").unwrap();
+        make_wal_name_durable(&db).unwrap();
+        assert_eq!(ino(&marker), ino(&wal));
     }
 
     #[test]
