@@ -180,35 +180,47 @@ fn an_unwritable_audit_log_means_nothing_is_held_or_previewed() {
 }
 
 #[test]
-fn an_audit_log_that_cannot_be_opened_approves_and_rejects_nothing() {
+fn an_audit_log_that_cannot_take_the_record_approves_and_rejects_nothing() {
     let w = World::new();
     let policy = w.policy("require_approval_for = [\"touch\"]\ndefault = \"allow\"\n");
     let o = w.tx(&["run", "--policy", policy.to_str().unwrap(), "-c", "touch held.txt"]);
     assert_eq!(o.status.code(), Some(75), "{}", text(&o));
     let id = held_id(&String::from_utf8_lossy(&o.stderr));
-    // The log's file made a directory: the log cannot be opened (as root too).
     let log = w.state.join("audit/log.jsonl");
-    let kept = w.state.join("audit/log.jsonl.kept");
-    std::fs::rename(&log, &kept).unwrap();
-    std::fs::create_dir(&log).unwrap();
-    for (verb, args) in [
-        ("approved", vec!["approve", &id]),
-        ("rejected", vec!["reject", &id, "--reason", "no"]),
-    ] {
-        let o = w.tx(&args);
-        assert_eq!(o.status.code(), Some(125), "{}", text(&o));
-        assert!(
-            text(&o).contains(&format!("cannot open the audit log, so nothing was {verb}")),
-            "{}",
-            text(&o)
-        );
+    let kept = std::fs::read(&log).unwrap();
+    // Two ways to break it: the log's file made a directory (it cannot be
+    // opened, as root too), and the log cut short behind the database's back
+    // (it opens, but an append must refuse).
+    let breakages: [(&str, &dyn Fn()); 2] = [
+        ("a directory", &|| {
+            std::fs::remove_file(&log).unwrap();
+            std::fs::create_dir(&log).unwrap();
+        }),
+        ("cut short", &|| std::fs::write(&log, b"").unwrap()),
+    ];
+    for (how, brk) in breakages {
+        brk();
+        for (verb, args) in [
+            ("approved", vec!["approve", &id]),
+            ("rejected", vec!["reject", &id, "--reason", "no"]),
+        ] {
+            let o = w.tx(&args);
+            assert_eq!(o.status.code(), Some(125), "{how}: {}", text(&o));
+            assert!(
+                text(&o).contains(&format!("cannot write to the audit log, so nothing was {verb}")),
+                "{how}: {}",
+                text(&o)
+            );
+        }
+        if log.is_dir() {
+            std::fs::remove_dir(&log).unwrap();
+        }
+        std::fs::write(&log, &kept).unwrap();
+        // Still pending: neither the approval nor the rejection happened.
+        let o = w.tx(&["resume", &id]);
+        assert_eq!(o.status.code(), Some(75), "{how}: {}", text(&o));
     }
-    std::fs::remove_dir(&log).unwrap();
-    std::fs::rename(&kept, &log).unwrap();
-    // Still pending: neither the approval nor the rejection happened.
-    let o = w.tx(&["resume", &id]);
-    assert_eq!(o.status.code(), Some(75), "{}", text(&o));
-    // Control: with the log back, the approval goes through and is on record.
+    // Control: with the log as it was, the approval goes through and is on record.
     let o = w.tx(&["approve", &id]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert!(std::fs::read_to_string(&log).unwrap().contains("\"approved\""));

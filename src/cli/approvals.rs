@@ -135,23 +135,37 @@ pub fn show(state: &Path, id: &str, json: bool) -> i32 {
     0
 }
 
-/// The audit log an approval or rejection goes on, opened before anything
-/// is decided: a log that cannot be opened decides nothing.
+/// The audit log an approval or rejection goes on, opened and checked
+/// before anything is decided: a log that cannot take the record decides
+/// nothing.
 fn opened_log(state: &Path, verb: &str) -> Result<AuditLog, i32> {
-    AuditLog::open(state).map_err(|e| {
-        error_line(&format!("cannot open the audit log, so nothing was {verb}: {e}"));
-        exit::INTERNAL
-    })
+    AuditLog::open(state)
+        .and_then(|mut log| log.ready_to_append().map(|()| log))
+        .map_err(|e| {
+            error_line(&format!("cannot write to the audit log, so nothing was {verb}: {e}"));
+            exit::INTERNAL
+        })
 }
 
-fn audit(log: &mut AuditLog, kind: EntryKind, id: &str, key_id: &str, detail: Option<String>) -> Result<(), i32> {
+/// The record of a decision already made (`verb`): if it cannot be written
+/// after all (the disk filled up meanwhile), the message says the decision
+/// stands.
+fn audit(
+    log: &mut AuditLog,
+    kind: EntryKind,
+    (id, verb): (&str, &str),
+    key_id: &str,
+    detail: Option<String>,
+) -> Result<(), i32> {
     let mut rec = AuditEntry::new(kind);
     rec.actor = Some(format!("approver:{key_id}"));
     rec.approval_id = Some(id.to_string());
     rec.approver_key_ids = Some(vec![key_id.to_string()]);
     rec.detail = detail;
     log.append(rec).map(|_| ()).map_err(|e| {
-        error_line(&format!("cannot write the audit record: {e}"));
+        error_line(&format!(
+            "{id} was {verb}, but the audit record of it could not be written: {e}"
+        ));
         exit::INTERNAL
     })
 }
@@ -214,7 +228,7 @@ pub fn approve(state: &Path, id: &str) -> i32 {
         .map_or(0, |d| d.as_millis() as u64);
     match st.approve(id, &key, now) {
         Ok(a) => {
-            if let Err(c) = audit(&mut log, EntryKind::Approved, id, &key.key_id(), None) {
+            if let Err(c) = audit(&mut log, EntryKind::Approved, (id, "approved"), &key.key_id(), None) {
                 return c;
             }
             let have = valid_approvals(&a);
@@ -262,7 +276,7 @@ pub fn reject(state: &Path, id: &str, reason: &str) -> i32 {
             if let Err(c) = audit(
                 &mut log,
                 EntryKind::Rejected,
-                id,
+                (id, "rejected"),
                 &key.key_id(),
                 Some(reason.to_string()),
             ) {
