@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""Compare two builds on the approval path, step by step: in each round both
+builds hold a command (its preview runs), approve it and resume it (the
+preview lands), in alternating order, each with its own state directory and
+workspace. Prints each step's medians and the median of the paired
+differences B - A, in milliseconds.
+
+    scripts/paired-approvals.py [-n ROUNDS] A_BINARY B_BINARY
+
+Copy both binaries afresh before comparing them: on a VM a binary's own
+page-cache history can move its timing by tenths of a millisecond."""
+import argparse, json, os, shutil, statistics, sys, tempfile, time
+
+
+def main():
+    p = argparse.ArgumentParser(usage=__doc__)
+    p.add_argument("-n", type=int, default=150)
+    p.add_argument("a")
+    p.add_argument("b")
+    opts = p.parse_args()
+    bins = {"A": os.path.abspath(opts.a), "B": os.path.abspath(opts.b)}
+    root = tempfile.mkdtemp(prefix="tether-paired-approvals.")
+    try:
+        run(bins, root, opts.n)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def run(bins, root, n):
+    devnull = os.open(os.devnull, os.O_RDWR)
+    policy = os.path.join(root, "p.toml")
+    with open(policy, "w") as f:
+        f.write('require_approval_for = ["touch"]\ndefault = "allow"\n')
+    receipt = os.path.join(root, "r.json")
+    for k in bins:
+        os.makedirs(os.path.join(root, f"ws-{k}"))
+
+    def timed(k, *args, expect=0):
+        env = dict(os.environ, TETHER_EXEC_STATE_DIR=os.path.join(root, f"state-{k}"),
+                   TETHER_EXEC_APPROVER_KEY=os.path.join(root, f"key-{k}", "approver.key"))
+        t0 = time.perf_counter_ns()
+        pid = os.posix_spawn(bins[k], [bins[k], *args], env, file_actions=[
+            (os.POSIX_SPAWN_DUP2, devnull, 1), (os.POSIX_SPAWN_DUP2, devnull, 2)])
+        _, status = os.waitpid(pid, 0)
+        dt = (time.perf_counter_ns() - t0) / 1e6
+        code = os.waitstatus_to_exitcode(status)
+        if code != expect:
+            sys.exit(f"{bins[k]} {' '.join(args)} exited {code}, expected {expect}")
+        return dt
+
+    steps = ["hold", "approve", "resume"]
+    times = {k: {s: [] for s in steps} for k in bins}
+    for i in range(n + 3):
+        for k in (["A", "B"] if i % 2 == 0 else ["B", "A"]):
+            os.chdir(os.path.join(root, f"ws-{k}"))
+            h = timed(k, "run", "--policy", policy, "--receipt", receipt, "-c", f"touch held{i}", expect=75)
+            with open(receipt) as f:
+                aid = json.load(f)["pending_id"]
+            a = timed(k, "approve", aid)
+            r = timed(k, "resume", aid)
+            if not os.path.exists(f"held{i}"):
+                sys.exit(f"{bins[k]}: the resumed command did not land")
+            if i >= 3:  # warm-up rounds
+                for s, t in zip(steps, (h, a, r)):
+                    times[k][s].append(t)
+    for s in steps:
+        a, b = times["A"][s], times["B"][s]
+        d = statistics.median(y - x for x, y in zip(a, b))
+        print(f"{s:8} A {statistics.median(a):6.2f}  B {statistics.median(b):6.2f}  paired B-A {d:+.2f} ms")
+    whole = statistics.median(
+        sum(times["B"][s][i] for s in steps) - sum(times["A"][s][i] for s in steps) for i in range(n))
+    print(f"hold + approve + resume, paired B-A {whole:+.2f} ms")
+
+
+if __name__ == "__main__":
+    main()
