@@ -72,17 +72,7 @@ fn parse_run_fast(
             }
             break;
         }
-        let (name, inline) = match arg.split_once('=') {
-            Some((name, value)) if name.starts_with("--") => (name, Some(value)),
-            _ => (arg, None),
-        };
-        let value = match inline {
-            Some(v) => v,
-            None => it.next()?.to_str()?,
-        };
-        if value.is_empty() || value.starts_with('-') {
-            return None;
-        }
+        let (name, value, inline) = option_and_value(arg, &mut it)?;
         match name {
             "--policy" => spec.policies.push(PathBuf::from(value)),
             "--workspace" => {
@@ -109,7 +99,7 @@ fn parse_run_fast(
                 }
                 state_dir = Some(PathBuf::from(value));
             }
-            "-c" if inline.is_none() => {
+            "-c" if !inline => {
                 if spec.script.is_some() {
                     return None;
                 }
@@ -129,6 +119,21 @@ fn parse_run_fast(
         state_dir = env_state_dir.map(PathBuf::from);
     }
     Some((GlobalArgs { state_dir }, RunArgs { spec, session, receipt }))
+}
+
+/// One option of a command line read by hand: `--name=VALUE`, or `NAME
+/// VALUE` with the value taken from `rest`. `None` when the value is missing,
+/// empty, starts with `-` or is not UTF-8 (clap's reading then decides). The
+/// flag: the value was given inline.
+fn option_and_value<'a>(
+    arg: &'a str,
+    rest: &mut std::slice::Iter<'a, std::ffi::OsString>,
+) -> Option<(&'a str, &'a str, bool)> {
+    let (name, value, inline) = match arg.split_once('=') {
+        Some((name, value)) if name.starts_with("--") => (name, value, true),
+        _ => (arg, rest.next()?.to_str()?, false),
+    };
+    (!value.is_empty() && !value.starts_with('-')).then_some((name, value, inline))
 }
 
 /// `approve ID`, `reject ID --reason TEXT` and `resume ID [--receipt FILE]`,
@@ -155,17 +160,7 @@ fn parse_approval_fast(
             }
             continue;
         }
-        let (name, inline) = match arg.split_once('=') {
-            Some((name, value)) => (name, Some(value)),
-            None => (arg, None),
-        };
-        let value = match inline {
-            Some(v) => v,
-            None => it.next()?.to_str()?,
-        };
-        if value.is_empty() || value.starts_with('-') {
-            return None;
-        }
+        let (name, value, _) = option_and_value(arg, &mut it)?;
         let slot = match (verb, name) {
             (_, "--state-dir") => &mut state_dir,
             ("reject", "--reason") => &mut reason,
