@@ -601,14 +601,15 @@ impl AuditLog {
             Ok(now) => now.dev() == ours.dev() && now.ino() == ours.ino(),
             Err(_) => false,
         };
-        if !same_file {
+        let len = if same_file {
+            ours.len()
+        } else {
             self.log = open_log(&self.log_path)?;
-        }
-        let len = self
-            .log
-            .metadata()
-            .map_err(io_err(format!("cannot stat {}", self.log_path.display())))?
-            .len();
+            self.log
+                .metadata()
+                .map_err(io_err(format!("cannot stat {}", self.log_path.display())))?
+                .len()
+        };
         if len < head.log_len {
             return Err(AuditError::LogMismatch {
                 path: self.log_path.clone(),
