@@ -64,9 +64,10 @@ impl Dir {
         self.0
     }
 
-    /// fsync this directory (its entries on disk), through a readable
-    /// descriptor of it: one opened `O_PATH` cannot be synced.
-    pub fn sync(&self) -> std::io::Result<()> {
+    /// Everything written on this directory's filesystem, on disk
+    /// (`syncfs`), through a readable descriptor: the kernel refuses one
+    /// opened `O_PATH`.
+    pub fn sync_filesystem(&self) -> std::io::Result<()> {
         // SAFETY: openat of "." relative to a descriptor we own; the result
         // is owned below.
         let fd = unsafe {
@@ -80,7 +81,12 @@ impl Dir {
             return Err(std::io::Error::last_os_error());
         }
         // SAFETY: a fresh descriptor nobody else owns.
-        std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) }).sync_all()
+        let dir = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: syncfs on a descriptor we own.
+        if unsafe { libc::syncfs(dir.as_raw_fd()) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
     }
 
     /// `rel` (relative, no `..`), beneath this directory, through real

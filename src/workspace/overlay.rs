@@ -1180,6 +1180,7 @@ fn apply(dir: &Path, j: &Journal) -> Result<(), WorkspaceError> {
         ws.make_dirs(Path::new(name), 0o700, None)
             .map_err(|e| err(&j.workspace.join(name), e))?
     };
+    let mut copied: Vec<PathBuf> = Vec::new();
     for (i, op) in j.ops.iter().enumerate() {
         if i == 1 {
             crash_point("mid-commit");
@@ -1216,12 +1217,24 @@ fn apply(dir: &Path, j: &Journal) -> Result<(), WorkspaceError> {
                     match to.rename_from(&from, name, name) {
                         Ok(()) => {}
                         Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
-                            copy_then_remove(&upper_path.join(rel), &to, name).map_err(at)?
+                            copy_into(&upper_path.join(rel), &to, name).map_err(at)?;
+                            copied.push(upper_path.join(rel));
                         }
                         Err(e) => return Err(at(e)),
                     }
                 }
             }
+        }
+    }
+    // Across filesystems, a source goes only once its copy, with its name
+    // and every directory made on the way, is on disk: the two filesystems
+    // commit independently, and a power cut must not lose both. One `syncfs`
+    // of the workspace's filesystem for all of them, not fsyncs per file.
+    // Replaying the journal before the sources are gone copies again.
+    if !copied.is_empty() {
+        ws.sync_filesystem().map_err(|e| err(&j.workspace, e))?;
+        for source in copied {
+            std::fs::remove_file(&source).map_err(|e| err(&source, e))?;
         }
     }
     Ok(())
@@ -1255,11 +1268,10 @@ fn same_mount(a: &Path, b: &Path) -> bool {
 }
 
 /// Across filesystems (state directory elsewhere): copy into `to`/`name`
-/// (through a temporary name made exclusively, never followed), then drop the
-/// source. Re-running after a crash copies again, which is idempotent. The
-/// copy and its name are on disk before the source goes: the two filesystems
-/// commit independently, and a power cut must not lose both.
-fn copy_then_remove(from: &Path, to: &beneath::Dir, name: &std::ffi::OsStr) -> std::io::Result<()> {
+/// (through a temporary name made exclusively, never followed). The caller
+/// drops the source once the copy is on disk ([`apply`]). Re-running after a
+/// crash copies again, which is idempotent.
+fn copy_into(from: &Path, to: &beneath::Dir, name: &std::ffi::OsStr) -> std::io::Result<()> {
     let m = std::fs::symlink_metadata(from)?;
     if m.file_type().is_symlink() {
         let target = std::fs::read_link(from)?;
@@ -1277,12 +1289,10 @@ fn copy_then_remove(from: &Path, to: &beneath::Dir, name: &std::ffi::OsStr) -> s
         if let Some((u, g)) = owner_to_give(&m) {
             std::os::unix::fs::fchown(&out, Some(u), Some(g))?;
         }
-        out.sync_all()?;
         drop(out);
         to.rename_from(to, &tmp, name)?;
     }
-    to.sync()?;
-    std::fs::remove_file(from)
+    Ok(())
 }
 
 /// Run by root, what the launcher makes on landing gets the owner of what
