@@ -937,6 +937,16 @@ pub fn resume(id: &str, state: &Path) -> Finished {
         Ok(l) => l,
         Err(e) => return Finished::new(exit::INTERNAL, receipt, e),
     };
+    // Checked before anything is consumed: starting the run spends the
+    // approval, and a log that then refused the run's record would leave the
+    // action burnt, marked as maybe run, with nothing on record.
+    if let Err(e) = log.ready_to_append() {
+        return Finished::new(
+            exit::INTERNAL,
+            receipt,
+            format!("tether-exec: cannot write to the audit log, so nothing runs and the approval is not spent: {e}"),
+        );
+    }
     let refused = |log: &mut AuditLog, receipt: Receipt, code: i32, why: String| {
         let mut rec = AuditEntry::new(EntryKind::ResumeRefused);
         rec.approval_id = Some(id.to_string());

@@ -227,6 +227,34 @@ fn an_audit_log_that_cannot_take_the_record_approves_and_rejects_nothing() {
 }
 
 #[test]
+fn a_resume_with_an_audit_log_cut_short_spends_nothing() {
+    let w = World::new();
+    let policy = w.policy("require_approval_for = [\"touch\"]\ndefault = \"allow\"\n");
+    let o = w.tx(&["run", "--policy", policy.to_str().unwrap(), "-c", "touch held.txt"]);
+    assert_eq!(o.status.code(), Some(75), "{}", text(&o));
+    let id = held_id(&String::from_utf8_lossy(&o.stderr));
+    assert!(w.tx(&["approve", &id]).status.success());
+    let log = w.state.join("audit/log.jsonl");
+    let kept = std::fs::read(&log).unwrap();
+    std::fs::write(&log, &kept[..100]).unwrap();
+    let o = w.tx(&["resume", &id]);
+    assert_eq!(o.status.code(), Some(125), "{}", text(&o));
+    assert!(
+        text(&o).contains("cannot write to the audit log, so nothing runs and the approval is not spent"),
+        "{}",
+        text(&o)
+    );
+    assert!(!exists(&w.ws.join("held.txt")), "it ran without a record");
+    // The log put back, the same approval still works, once.
+    std::fs::write(&log, &kept).unwrap();
+    let o = w.tx(&["resume", &id]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(exists(&w.ws.join("held.txt")));
+    let (code, out) = verify(&w);
+    assert_eq!(code, 0, "{out}");
+}
+
+#[test]
 fn a_run_that_cannot_be_planned_is_still_on_record() {
     let w = World::new();
     // The planner refuses a state directory the command could reach.
