@@ -953,6 +953,7 @@ impl ApprovalStore {
                 })
             }
         }
+        crate::state::drop_stale_wal_marker(&path);
         let conn = Connection::open(&path).db("opening the approval database")?;
         conn.busy_timeout(BUSY_TIMEOUT).db("setting the busy timeout")?;
         // Switching to WAL needs a moment of exclusive access and, unlike

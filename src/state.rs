@@ -181,7 +181,10 @@ pub fn env_instance_id(state_dir: &std::path::Path, workspace: &std::path::Path)
 /// cannot have its number: it does not match, and is synced. The caller
 /// holds the database open, so SQLite cannot delete and remake the WAL
 /// between the sync and the link. Without the link (a filesystem that has
-/// none), every call syncs.
+/// none), every call syncs. A copy of the state directory that keeps hard
+/// links (`cp -a`, `rsync -H`) brings a matching marker whose sync happened
+/// elsewhere: the first durable commit after a restore is then as durable as
+/// the filesystem's own commit makes it.
 pub fn make_wal_name_durable(db: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::MetadataExt;
     let wal = with_suffix(db, "-wal");
@@ -195,6 +198,17 @@ pub fn make_wal_name_durable(db: &Path) -> std::io::Result<()> {
     let _ = std::fs::remove_file(&marker);
     let _ = std::fs::hard_link(&wal, &marker);
     Ok(())
+}
+
+/// Remove the marker of [`make_wal_name_durable`] when it is the last link
+/// to a WAL another SQLite client deleted: it would keep that WAL's bytes
+/// (held actions' stdin among them) on disk until the next durable commit.
+pub fn drop_stale_wal_marker(db: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    let marker = with_suffix(db, "-wal.synced");
+    if std::fs::symlink_metadata(&marker).is_ok_and(|m| m.is_file() && m.nlink() == 1) {
+        let _ = std::fs::remove_file(&marker);
+    }
 }
 
 fn with_suffix(p: &Path, suffix: &str) -> PathBuf {
@@ -264,6 +278,12 @@ mod tests {
         std::fs::write(&marker, b"").unwrap();
         make_wal_name_durable(&db).unwrap();
         assert_eq!(ino(&marker), ino(&wal));
+        // While it links the WAL it stays; the last link to a deleted WAL goes.
+        drop_stale_wal_marker(&db);
+        assert!(marker.exists());
+        std::fs::remove_file(&wal).unwrap();
+        drop_stale_wal_marker(&db);
+        assert!(!marker.exists(), "a deleted WAL's bytes were kept");
     }
 
     #[test]
