@@ -179,13 +179,18 @@ fn an_unwritable_audit_log_means_nothing_is_held_or_previewed() {
     assert_eq!(entries("previews"), 1);
 }
 
-#[test]
-fn an_audit_log_that_cannot_take_the_record_approves_and_rejects_nothing() {
-    let w = World::new();
+/// `touch held.txt` held for approval in `w`; its id.
+fn hold_touch(w: &World) -> String {
     let policy = w.policy("require_approval_for = [\"touch\"]\ndefault = \"allow\"\n");
     let o = w.tx(&["run", "--policy", policy.to_str().unwrap(), "-c", "touch held.txt"]);
     assert_eq!(o.status.code(), Some(75), "{}", text(&o));
-    let id = held_id(&String::from_utf8_lossy(&o.stderr));
+    held_id(&String::from_utf8_lossy(&o.stderr))
+}
+
+#[test]
+fn an_audit_log_that_cannot_take_the_record_approves_and_rejects_nothing() {
+    let w = World::new();
+    let id = hold_touch(&w);
     let log = w.state.join("audit/log.jsonl");
     let kept = std::fs::read(&log).unwrap();
     // Two ways to break it: the log's file made a directory (it cannot be
@@ -229,10 +234,7 @@ fn an_audit_log_that_cannot_take_the_record_approves_and_rejects_nothing() {
 #[test]
 fn a_resume_with_an_audit_log_cut_short_spends_nothing() {
     let w = World::new();
-    let policy = w.policy("require_approval_for = [\"touch\"]\ndefault = \"allow\"\n");
-    let o = w.tx(&["run", "--policy", policy.to_str().unwrap(), "-c", "touch held.txt"]);
-    assert_eq!(o.status.code(), Some(75), "{}", text(&o));
-    let id = held_id(&String::from_utf8_lossy(&o.stderr));
+    let id = hold_touch(&w);
     assert!(w.tx(&["approve", &id]).status.success());
     let log = w.state.join("audit/log.jsonl");
     let kept = std::fs::read(&log).unwrap();
