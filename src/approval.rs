@@ -94,6 +94,9 @@
 //! fsynced, because durable state outside the store depends on them: a
 //! resume's start (a preview landing's journal names its run) and trusting
 //! a key (trust on first use must not pass to the next key after a crash).
+//! Before them the WAL's own name is made durable, once per WAL file
+//! (`state::make_wal_name_durable`: the bundled SQLite no longer syncs the
+//! directory in every process).
 //!
 //! # Limits of the threat model
 //!
