@@ -231,9 +231,8 @@ const WAL_LIMIT_BYTES: u64 = 256 * 1024;
 /// that closes a database whose WAL has passed `WAL_LIMIT_BYTES` copies it
 /// back and truncates it (`wal_checkpoint(TRUNCATE)`), without waiting: if
 /// another process is using the database, a later one does it.
-pub fn keep_wal_short(conn: &rusqlite::Connection, db: &std::path::Path) {
-    let mut wal = db.as_os_str().to_owned();
-    wal.push("-wal");
+pub fn keep_wal_short(conn: &rusqlite::Connection, db: &Path) {
+    let wal = with_suffix(db, "-wal");
     let long = std::fs::metadata(&wal).is_ok_and(|m| m.len() > WAL_LIMIT_BYTES);
     if long && conn.busy_timeout(std::time::Duration::ZERO).is_ok() {
         let _ = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));

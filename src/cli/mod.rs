@@ -75,50 +75,19 @@ fn parse_run_fast(
         let (name, value, inline) = option_and_value(arg, &mut it)?;
         match name {
             "--policy" => spec.policies.push(PathBuf::from(value)),
-            "--workspace" => {
-                if spec.workspace.is_some() {
-                    return None;
-                }
-                spec.workspace = Some(PathBuf::from(value));
-            }
-            "--session" => {
-                if session.is_some() {
-                    return None;
-                }
-                session = Some(value.to_string());
-            }
-            "--receipt" => {
-                if receipt.is_some() {
-                    return None;
-                }
-                receipt = Some(PathBuf::from(value));
-            }
-            "--state-dir" => {
-                if state_dir.is_some() {
-                    return None;
-                }
-                state_dir = Some(PathBuf::from(value));
-            }
-            "-c" if !inline => {
-                if spec.script.is_some() {
-                    return None;
-                }
-                spec.script = Some(value.to_string());
-            }
+            "--workspace" => set_once(&mut spec.workspace, PathBuf::from(value))?,
+            "--session" => set_once(&mut session, value.to_string())?,
+            "--receipt" => set_once(&mut receipt, PathBuf::from(value))?,
+            "--state-dir" => set_once(&mut state_dir, PathBuf::from(value))?,
+            "-c" if !inline => set_once(&mut spec.script, value.to_string())?,
             _ => return None,
         }
     }
     if spec.script.is_some() && program {
         return None;
     }
-    // clap refuses an empty variable even when the option is given.
-    if env_state_dir.is_some_and(|e| e.is_empty()) {
-        return None;
-    }
-    if state_dir.is_none() {
-        state_dir = env_state_dir.map(PathBuf::from);
-    }
-    Some((GlobalArgs { state_dir }, RunArgs { spec, session, receipt }))
+    let global = global_args(state_dir, env_state_dir)?;
+    Some((global, RunArgs { spec, session, receipt }))
 }
 
 /// One option of a command line read by hand: `--name=VALUE`, or `NAME
@@ -134,6 +103,23 @@ fn option_and_value<'a>(
         _ => (arg, rest.next()?.to_str()?, false),
     };
     (!value.is_empty() && !value.starts_with('-')).then_some((name, value, inline))
+}
+
+/// A value given at most once; `None` (clap decides) the second time.
+fn set_once<T>(slot: &mut Option<T>, value: T) -> Option<()> {
+    slot.replace(value).is_none().then_some(())
+}
+
+/// The global options as clap reads them: `--state-dir`, else
+/// `TETHER_EXEC_STATE_DIR`; `None` for an empty variable, which clap refuses
+/// even when the option is given.
+fn global_args(state_dir: Option<PathBuf>, env_state_dir: Option<&std::ffi::OsStr>) -> Option<GlobalArgs> {
+    if env_state_dir.is_some_and(|e| e.is_empty()) {
+        return None;
+    }
+    Some(GlobalArgs {
+        state_dir: state_dir.or_else(|| env_state_dir.map(PathBuf::from)),
+    })
 }
 
 /// `approve ID`, `reject ID --reason TEXT` and `resume ID [--receipt FILE]`,
@@ -155,9 +141,7 @@ fn parse_approval_fast(
     while let Some(arg) = it.next() {
         let arg = arg.to_str()?;
         if !arg.starts_with('-') {
-            if id.replace(arg.to_string()).is_some() {
-                return None;
-            }
+            set_once(&mut id, arg.to_string())?;
             continue;
         }
         let (name, value, _) = option_and_value(arg, &mut it)?;
@@ -167,18 +151,10 @@ fn parse_approval_fast(
             ("resume", "--receipt") => &mut receipt,
             _ => return None,
         };
-        if slot.replace(value.to_string()).is_some() {
-            return None;
-        }
+        set_once(slot, value.to_string())?;
     }
     let id = id?;
-    // clap refuses an empty variable even when the option is given.
-    if env_state_dir.is_some_and(|e| e.is_empty()) {
-        return None;
-    }
-    let state_dir = state_dir
-        .map(PathBuf::from)
-        .or_else(|| env_state_dir.map(PathBuf::from));
+    let global = global_args(state_dir.map(PathBuf::from), env_state_dir)?;
     let command = match verb {
         "approve" => Command::Approve { id },
         "reject" => Command::Reject { id, reason: reason? },
@@ -187,7 +163,7 @@ fn parse_approval_fast(
             receipt: receipt.map(PathBuf::from),
         },
     };
-    Some((GlobalArgs { state_dir }, command))
+    Some((global, command))
 }
 
 /// The command line when it starts with `run`: [`Cli`] with that one
