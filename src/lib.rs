@@ -11,6 +11,7 @@ pub mod approval;
 pub mod audit;
 pub mod cli;
 pub mod exit;
+pub mod files;
 pub mod gate;
 pub mod launch;
 pub mod policy;
