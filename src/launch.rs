@@ -104,7 +104,7 @@ fn make_preview(
     policy: &Policy,
     stdin: &[u8],
     before_exec: &mut dyn FnMut() -> Result<(), String>,
-) -> Result<PreviewRecord, String> {
+) -> Result<(PreviewRecord, Option<HoldInit>), String> {
     // Discarded on every way out but the kept preview.
     let mut capture = UnusedCapture(Some(
         Capture::create(&req.state_dir, &req.workspace)
@@ -139,8 +139,7 @@ fn make_preview(
         .expect("made above")
         .keep_as_preview(&req.state_dir, &|| policy.path_globs(), code)
         .map_err(|e| format!("tether-exec: cannot keep the preview (it was discarded), so nothing is held: {e}"))?;
-    drop(hold_init);
-    Ok(PreviewRecord {
+    let record = PreviewRecord {
         dir: kept.dir,
         digest: kept.digest,
         exit_code: kept.exit_code,
@@ -148,7 +147,8 @@ fn make_preview(
         modified: kept.outcome.modified,
         deleted: kept.outcome.deleted,
         violations: kept.outcome.violations,
-    })
+    };
+    Ok((record, hold_init.map(HoldInit)))
 }
 
 /// The workspace binding of a previewed action: the workspace's fingerprint and the preview's digest.
@@ -792,10 +792,13 @@ fn hold(
         Ok(())
     };
     let no_preview = no_preview_reason(policy, d);
-    let preview = match no_preview {
-        Some(_) => None,
+    // The preview's init, let go only once the hold is on record and its
+    // result out: the kernel's dismantling of its namespaces and overlay
+    // would otherwise compete for the machine with the hold's own work.
+    let (preview, preview_init) = match no_preview {
+        Some(_) => (None, None),
         None => match make_preview(req, policy, &stdin, &mut prepare) {
-            Ok(p) => Some(p),
+            Ok((p, init)) => (Some(p), init),
             Err(e) => return Finished::new(exit::INTERNAL, receipt, e),
         },
     };
@@ -878,7 +881,7 @@ fn hold(
     } else {
         String::new()
     };
-    Finished::new(
+    let mut held_done = Finished::new(
         exit::HELD,
         receipt,
                 format!(
@@ -893,7 +896,9 @@ fn hold(
                 String::new()
             }
         ),
-    )
+    );
+    held_done.hold_init = preview_init;
+    held_done
 }
 
 /// Rebuild the policy a held action was approved under.
