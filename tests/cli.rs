@@ -295,3 +295,69 @@ fn a_set_group_id_state_directory_does_not_break_a_git_run() {
         text(&o)
     );
 }
+
+/// The processes whose parent is `pid`.
+fn children_of(pid: u32) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            // `pid (comm) state ppid ...`; comm may hold spaces and parentheses.
+            let ppid = stat.rsplit_once(')')?.1.split_whitespace().nth(1)?;
+            (ppid.parse::<u32>().ok()? == pid).then(|| e.file_name().to_str()?.parse().ok())?
+        })
+        .collect()
+}
+
+/// Which of `pid`'s descriptors 0, 1 and 2 are `pipe`.
+fn holds(pid: u32, pipe: &std::path::Path) -> Vec<u32> {
+    (0..3)
+        .filter(|fd| std::fs::read_link(format!("/proc/{pid}/fd/{fd}")).is_ok_and(|l| l == pipe))
+        .collect()
+}
+
+/// A harness reads a command's output until the pipes close. The command and
+/// the launcher hold them; the sandbox's init hands them to the command and
+/// lets go, so its own exit (after the launcher's: the pid namespace, the
+/// mounts and any overlay taken down) never keeps a harness waiting.
+#[test]
+fn the_sandbox_init_keeps_none_of_the_harness_pipes() {
+    // init is not dumpable: reading its descriptors takes CAP_SYS_PTRACE,
+    // which only the root pass has. Not a security property: a latency one.
+    if !is_root() {
+        return;
+    }
+    let w = World::new();
+    let mut launcher = w
+        .command(&["run", "-c", "sleep 5"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = launcher.id();
+    let (out, err) = (
+        std::fs::read_link(format!("/proc/{pid}/fd/1")).unwrap(),
+        std::fs::read_link(format!("/proc/{pid}/fd/2")).unwrap(),
+    );
+    assert!(out.to_string_lossy().starts_with("pipe:"), "{out:?}");
+    // Wait for init (the launcher's child whose own child is not the
+    // network helper but the command, which holds the pipes).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let (init, command) = loop {
+        let found = children_of(pid)
+            .into_iter()
+            .find_map(|i| children_of(i).into_iter().find(|c| holds(*c, &out) == [1]).map(|c| (i, c)));
+        if let Some(f) = found {
+            break f;
+        }
+        assert!(std::time::Instant::now() < deadline, "the command never started");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    // The control: the check sees the pipes where they are.
+    assert_eq!(holds(command, &err), [2]);
+    assert_eq!(holds(pid, &out), [1]);
+    assert!(holds(init, &out).is_empty() && holds(init, &err).is_empty(), "init {init} still holds the harness's pipes");
+    launcher.kill().unwrap();
+    let _ = launcher.wait();
+}

@@ -830,6 +830,32 @@ fn fail(err: &OwnedFd, step: &str, reason: impl std::fmt::Display, code: i32) ->
     }
 }
 
+/// Init's own standard streams are the launcher's, which the command has
+/// inherited by now: init lets go of them, so that a harness reading the
+/// command's output to its end waits for the command and the launcher only,
+/// never for init, whose exit (the pid namespace, the mounts, an overlay
+/// taken down) comes after the launcher has let it go. `/dev/null` in their
+/// place (closed, if even that cannot be opened: init writes nothing to
+/// them, it reports on its own pipes).
+fn let_go_of_stdio() {
+    // SAFETY: open of a constant NUL-terminated path; dup2 of the descriptor
+    // we just opened onto 0, 1 and 2, which init does not use; close of our
+    // own descriptors.
+    unsafe {
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
+        if null < 0 {
+            libc::syscall(libc::SYS_close_range, 0u32, 2u32, 0u32);
+            return;
+        }
+        for n in 0..3 {
+            libc::dup2(null, n);
+        }
+        if null > 2 {
+            libc::close(null);
+        }
+    }
+}
+
 fn errno() -> std::io::Error {
     std::io::Error::last_os_error()
 }
@@ -1037,6 +1063,7 @@ fn init(
     }
     drop(ready_r);
     drop(io);
+    let_go_of_stdio();
     // Nothing inside may ptrace or read the memory of init.
     // SAFETY: prctl with integer arguments only.
     unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0) };
