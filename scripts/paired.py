@@ -5,11 +5,13 @@ comparison fair when the machine's speed drifts during the measurement; the
 order alternates within pairs because whichever runs right after the other
 pays for part of its teardown.
 
-    scripts/paired.py [-n RUNS] [--warmup N] [--cwd DIR] ::A A... ::B B...
+    scripts/paired.py [-n RUNS] [--warmup N] [--cwd DIR] [--pipes] ::A A... ::B B...
 
 Each command runs without a shell, its output discarded; a non-zero exit
-stops the measurement."""
-import argparse, os, statistics, sys, time
+stops the measurement. With --pipes its stdout and stderr are pipes read to
+their end, as a harness reads them (tether, `subprocess.run(capture_output=
+True)`): a command is then done when both are closed and it has exited."""
+import argparse, os, selectors, statistics, sys, time
 
 def main():
     argv = sys.argv[1:]
@@ -21,6 +23,7 @@ def main():
     p.add_argument("-n", type=int, default=100)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--cwd", default=".")
+    p.add_argument("--pipes", action="store_true")
     opts = p.parse_args(argv[:first])
     a, b = argv[first + 1:second], argv[second + 1:]
     devnull = os.open(os.devnull, os.O_RDWR)
@@ -28,10 +31,21 @@ def main():
 
     def once(cmd):
         t0 = time.perf_counter_ns()
+        out = [os.pipe(), os.pipe()] if opts.pipes else [(None, devnull), (None, devnull)]
         pid = os.posix_spawnp(cmd[0], cmd, os.environ,
                               file_actions=[(os.POSIX_SPAWN_DUP2, devnull, 0),
-                                            (os.POSIX_SPAWN_DUP2, devnull, 1),
-                                            (os.POSIX_SPAWN_DUP2, devnull, 2)])
+                                            (os.POSIX_SPAWN_DUP2, out[0][1], 1),
+                                            (os.POSIX_SPAWN_DUP2, out[1][1], 2)])
+        if opts.pipes:
+            with selectors.DefaultSelector() as sel:
+                for r, w in out:
+                    os.close(w)
+                    sel.register(r, selectors.EVENT_READ)
+                while sel.get_map():
+                    for key, _ in sel.select():
+                        if not os.read(key.fd, 65536):
+                            sel.unregister(key.fd)
+                            os.close(key.fd)
         _, status = os.waitpid(pid, 0)
         t1 = time.perf_counter_ns()
         if os.waitstatus_to_exitcode(status) != 0:
