@@ -11,7 +11,6 @@ pub mod approval;
 pub mod audit;
 pub mod cli;
 pub mod exit;
-pub mod files;
 pub mod gate;
 pub mod launch;
 pub mod policy;

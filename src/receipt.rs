@@ -118,12 +118,11 @@ impl Receipt {
         }
     }
 
-    /// Write the receipt atomically (temp file, then [`crate::files::replace`])
-    /// so a reader never sees half of it.
+    /// Write the receipt atomically (temp file + rename) so a reader never sees half of it.
     pub fn write(&self, path: &std::path::Path) -> std::io::Result<()> {
         let json = serde_json::to_string_pretty(self).expect("receipt serialises");
         let tmp = path.with_extension("tmp-tether-exec");
         std::fs::write(&tmp, json + "\n")?;
-        crate::files::replace(&tmp, path)
+        std::fs::rename(&tmp, path)
     }
 }

@@ -259,7 +259,7 @@ impl Listings {
             .mode(0o600)
             .open(&tmp)
             .and_then(|mut f| std::io::Write::write_all(&mut f, &bytes));
-        if written.is_err() || crate::files::replace(&tmp, file).is_err() {
+        if written.is_err() || std::fs::rename(&tmp, file).is_err() {
             let _ = std::fs::remove_file(&tmp);
         }
     }
