@@ -42,7 +42,7 @@
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -247,20 +247,27 @@ impl Listings {
         {
             return;
         }
-        let mut nonce = [0u8; 8];
-        if getrandom::fill(&mut nonce).is_err() {
-            return;
-        }
-        let tmp = dir.join(format!(".tmp-{}", crate::policy::hex(&nonce)));
+        // Rewritten in place, not as a new file renamed over the old one:
+        // the digest at its end makes a torn or interleaved write (a
+        // launcher killed midway, two runs saving at once, a run reading
+        // while another writes) read as no cache, which costs one scan. A
+        // new file costs an inode, and ext4 flushes a file renamed over
+        // another (`auto_da_alloc`): 0.3 to 0.4 ms a save on this machine,
+        // against 12 us in place.
         let bytes = encode(&self.workspace, &self.seen);
         let written = std::fs::OpenOptions::new()
             .write(true)
-            .create_new(true)
+            .create(true)
+            .truncate(false)
             .mode(0o600)
-            .open(&tmp)
-            .and_then(|mut f| std::io::Write::write_all(&mut f, &bytes));
-        if written.is_err() || std::fs::rename(&tmp, file).is_err() {
-            let _ = std::fs::remove_file(&tmp);
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(file)
+            .and_then(|f| {
+                f.write_all_at(&bytes, 0)?;
+                f.set_len(bytes.len() as u64)
+            });
+        if written.is_err() {
+            let _ = std::fs::remove_file(file);
         }
     }
 }
@@ -490,6 +497,50 @@ mod tests {
             None
         );
         assert_eq!(decode(&patched(written_at, &u64::MAX.to_le_bytes()), ws), None);
+    }
+
+    /// The cache is rewritten in place: a shorter cache over a longer one
+    /// leaves exactly the shorter one, and a file cut or mixed midway (a
+    /// killed launcher, two saves at once) is not read.
+    #[test]
+    fn a_cache_rewritten_in_place_reads_back_whole_or_not_at_all() {
+        let tmp = tempfile::tempdir().unwrap();
+        let ws = tmp.path().join("ws");
+        let file = tmp.path().join("scan").join("cache");
+        let save = |seen: HashMap<Vec<u8>, Listing>| {
+            Listings {
+                workspace: ws.clone(),
+                file: Some(file.clone()),
+                root_dev: None,
+                never_encrypted: false,
+                old: HashMap::new(),
+                seen,
+            }
+            .save()
+        };
+        let long = sample();
+        let short: HashMap<_, _> = long.clone().into_iter().filter(|(k, _)| k.is_empty()).collect();
+        save(long.clone());
+        let long_bytes = std::fs::read(&file).unwrap();
+        assert_eq!(decode(&long_bytes, &ws), Some(long));
+        save(short.clone());
+        let short_bytes = std::fs::read(&file).unwrap();
+        assert!(short_bytes.len() < long_bytes.len());
+        assert_eq!(decode(&short_bytes, &ws), Some(short));
+        // What two saves at once can leave: one's start over the other's end.
+        let mut mixed = short_bytes.clone();
+        mixed.extend_from_slice(&long_bytes[short_bytes.len()..]);
+        assert_eq!(decode(&mixed, &ws), None);
+        let mut mixed = long_bytes.clone();
+        mixed[..short_bytes.len()].copy_from_slice(&short_bytes);
+        assert_eq!(decode(&mixed, &ws), None);
+        // A symlink in the cache's place is not written through.
+        let elsewhere = tmp.path().join("elsewhere");
+        std::fs::write(&elsewhere, "keep").unwrap();
+        std::fs::remove_file(&file).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &file).unwrap();
+        save(sample());
+        assert_eq!(std::fs::read_to_string(&elsewhere).unwrap(), "keep");
     }
 
     #[test]
