@@ -345,9 +345,12 @@ fn the_sandbox_init_keeps_none_of_the_harness_pipes() {
     // network helper but the command, which holds the pipes).
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     let (init, command) = loop {
-        let found = children_of(pid)
-            .into_iter()
-            .find_map(|i| children_of(i).into_iter().find(|c| holds(*c, &out) == [1]).map(|c| (i, c)));
+        let found = children_of(pid).into_iter().find_map(|i| {
+            children_of(i)
+                .into_iter()
+                .find(|c| holds(*c, &out) == [1])
+                .map(|c| (i, c))
+        });
         if let Some(f) = found {
             break f;
         }
@@ -357,7 +360,10 @@ fn the_sandbox_init_keeps_none_of_the_harness_pipes() {
     // The control: the check sees the pipes where they are.
     assert_eq!(holds(command, &err), [2]);
     assert_eq!(holds(pid, &out), [1]);
-    assert!(holds(init, &out).is_empty() && holds(init, &err).is_empty(), "init {init} still holds the harness's pipes");
+    assert!(
+        holds(init, &out).is_empty() && holds(init, &err).is_empty(),
+        "init {init} still holds the harness's pipes"
+    );
     launcher.kill().unwrap();
     let _ = launcher.wait();
 }

@@ -1169,16 +1169,22 @@ fn apply(dir: &Path, j: &Journal) -> Result<(), WorkspaceError> {
     // Removed entries go to a trash on the workspace's filesystem (a rename):
     // the capture's own `trash` when the capture shares it (invisible to any
     // sandbox, so nothing can plant an entry there that reads as a removal
-    // already done), else a folder in the workspace.
-    let trash_root = if same_mount(dir, &j.workspace) {
-        let t = dir.join("trash");
-        let _ = std::fs::create_dir(&t);
-        beneath::Dir::root(&t).map_err(|e| err(&t, e))?
+    // already done), else a folder in the workspace. Made only for a journal
+    // that removes something: most remove nothing, and a directory made and
+    // removed costs 0.1 to 0.2 ms each way on ext4 here.
+    let trash_root = if j.has_removals() {
+        Some(if same_mount(dir, &j.workspace) {
+            let t = dir.join("trash");
+            let _ = std::fs::create_dir(&t);
+            beneath::Dir::root(&t).map_err(|e| err(&t, e))?
+        } else {
+            let name = trash_dir(dir, &j.workspace);
+            let name = name.file_name().unwrap_or_default();
+            ws.make_dirs(Path::new(name), 0o700, None)
+                .map_err(|e| err(&j.workspace.join(name), e))?
+        })
     } else {
-        let name = trash_dir(dir, &j.workspace);
-        let name = name.file_name().unwrap_or_default();
-        ws.make_dirs(Path::new(name), 0o700, None)
-            .map_err(|e| err(&j.workspace.join(name), e))?
+        None
     };
     let mut copied: Vec<PathBuf> = Vec::new();
     for (i, op) in j.ops.iter().enumerate() {
@@ -1194,6 +1200,7 @@ fn apply(dir: &Path, j: &Journal) -> Result<(), WorkspaceError> {
         let (parent, name) = beneath::split(rel).map_err(at)?;
         match op {
             Op::Remove(_) => {
+                let trash_root = trash_root.as_ref().expect("made for a journal with removals");
                 let from = ws.dir(parent).map_err(at)?;
                 let in_trash = trash_root.dir(parent);
                 let done = in_trash.as_ref().is_ok_and(|t| t.has(name));
