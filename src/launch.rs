@@ -1052,7 +1052,7 @@ pub fn resume(id: &str, state: &Path) -> Finished {
     current_bindings.policy_digest = current_policy.digest();
     if let Some(pr) = &ctx.preview {
         // The preview as it is now: a byte changed in it changes its digest.
-        let now = crate::workspace::overlay::preview_digest(&pr.dir).unwrap_or_else(|_| "missing".into());
+        let now = crate::workspace::overlay::preview_digest(&pr.dir, pr.exit_code).unwrap_or_else(|_| "missing".into());
         current_bindings.workspace_fingerprint = format!("{} preview:{now}", current_bindings.workspace_fingerprint);
     }
     let current = Current {

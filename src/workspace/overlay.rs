@@ -387,8 +387,6 @@ impl Capture {
     }
 
     fn try_keep(&self, state: &Path, globs: &dyn Fn() -> PathGlobs, exit_code: i32) -> Result<Preview, WorkspaceError> {
-        let code_path = self.dir.join("exit");
-        std::fs::write(&code_path, exit_code.to_string()).map_err(|e| err(&code_path, e))?;
         let mut outcome = Outcome::default();
         let mut ops = Vec::new();
         Planner {
@@ -401,7 +399,7 @@ impl Capture {
             started: SystemTime::now(),
         }
         .walk(Path::new(""))?;
-        let digest = preview_digest(&self.dir)?;
+        let digest = preview_digest(&self.dir, exit_code)?;
         // Beside the capture, so that keeping it, and later landing it, are renames.
         let previews = match &self.link {
             Some(_) => self
@@ -442,7 +440,12 @@ pub struct Preview {
 /// SHA-256 over everything a preview holds: every entry of the upper layer
 /// (path, kind, mode, content or link target) and the recorded stdout, stderr
 /// and exit code. An approval binds it; a changed byte changes it.
-pub fn preview_digest(dir: &Path) -> Result<String, WorkspaceError> {
+///
+/// The exit code is the one the held action records (not a file of its own:
+/// one file fewer to make at a hold and to remove at its resume), hashed as
+/// the file that held it until then was, so a preview kept by an earlier
+/// version keeps its digest.
+pub fn preview_digest(dir: &Path, exit_code: i32) -> Result<String, WorkspaceError> {
     use sha2::{Digest, Sha256};
     let mut h = Sha256::new();
     let mut stack = vec![PathBuf::new()];
@@ -480,12 +483,15 @@ pub fn preview_digest(dir: &Path) -> Result<String, WorkspaceError> {
         }
         h.update([0xff]);
     }
-    for name in ["stdout", "stderr", "exit"] {
+    for name in ["stdout", "stderr"] {
         let p = dir.join(name);
         let data = std::fs::read(&p).map_err(|e| err(&p, e))?;
         h.update((data.len() as u64).to_le_bytes());
         h.update(&data);
     }
+    let code = exit_code.to_string();
+    h.update((code.len() as u64).to_le_bytes());
+    h.update(code.as_bytes());
     Ok(format!("sha256:{}", crate::policy::hex(&h.finalize())))
 }
 
@@ -1475,4 +1481,29 @@ pub fn recover(state: &Path) -> Vec<String> {
         }
     }
     report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::preview_digest;
+
+    /// A preview kept before the exit code left its file keeps its digest
+    /// (its approval binds it): the bytes hashed are the same. The value is
+    /// that earlier digest of a preview with an empty upper layer, stdout
+    /// `out`, stderr `err` and an `exit` file holding `3`.
+    #[test]
+    fn the_exit_code_hashes_as_its_file_did() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir(d.path().join("upper")).unwrap();
+        std::fs::write(d.path().join("stdout"), "out").unwrap();
+        std::fs::write(d.path().join("stderr"), "err").unwrap();
+        assert_eq!(
+            preview_digest(d.path(), 3).unwrap(),
+            "sha256:c568cbd406af01f61d9e02c6cde360c50f3a9d8838967d255db802363be046a3"
+        );
+        assert_ne!(
+            preview_digest(d.path(), 0).unwrap(),
+            preview_digest(d.path(), 3).unwrap()
+        );
+    }
 }
