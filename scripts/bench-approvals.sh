@@ -2,7 +2,8 @@
 # What holding costs: median wall time of a plain confined run of a command,
 # against the hold (which runs the command once, confined, as a preview),
 # the approve and the resume (which lands the preview) of the same command,
-# each timed as its own process in the same rounds.
+# each timed as its own process in the same rounds, as a harness sees it
+# (until its output pipes close and its exit status is collected).
 #   scripts/bench-approvals.sh        (N=40 rounds by default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,14 +12,27 @@ root=$(mktemp -d /tmp/tether-bench.XXXXXX); trap 'rm -rf "$root"' EXIT
 mkdir "$root/ws"
 printf 'require_approval_for = ["touch"]\ndefault = "allow"\n' > "$root/p.toml"
 python3 - "$bin_release" "$root" "${N:-40}" <<'PY'
-import json, os, statistics, sys, time
+import json, os, selectors, statistics, sys, time
 tx, root, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 env = dict(os.environ, TETHER_EXEC_STATE_DIR=f"{root}/state", TETHER_EXEC_APPROVER_KEY=f"{root}/approver.key")
 devnull = os.open(os.devnull, os.O_RDWR)
 os.chdir(f"{root}/ws")
 def timed(*args, expect=0):
+    # As a harness sees a call: until its stdout and stderr (pipes) are
+    # closed and its exit status is collected.
     t0 = time.perf_counter_ns()
-    pid = os.posix_spawn(tx, [tx, *args], env, file_actions=[(os.POSIX_SPAWN_DUP2, devnull, 1), (os.POSIX_SPAWN_DUP2, devnull, 2)])
+    pipes = [os.pipe(), os.pipe()]
+    pid = os.posix_spawn(tx, [tx, *args], env, file_actions=[
+        (os.POSIX_SPAWN_DUP2, devnull, 0), (os.POSIX_SPAWN_DUP2, pipes[0][1], 1), (os.POSIX_SPAWN_DUP2, pipes[1][1], 2)])
+    with selectors.DefaultSelector() as sel:
+        for r, w in pipes:
+            os.close(w)
+            sel.register(r, selectors.EVENT_READ)
+        while sel.get_map():
+            for key, _ in sel.select():
+                if not os.read(key.fd, 65536):
+                    sel.unregister(key.fd)
+                    os.close(key.fd)
     _, st = os.waitpid(pid, 0)
     dt = (time.perf_counter_ns() - t0) / 1e6
     if os.waitstatus_to_exitcode(st) != expect:
