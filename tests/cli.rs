@@ -342,13 +342,16 @@ fn the_sandbox_init_keeps_none_of_the_harness_pipes() {
     );
     assert!(out.to_string_lossy().starts_with("pipe:"), "{out:?}");
     // Wait for init (the launcher's child whose own child is not the
-    // network helper but the command, which holds the pipes).
+    // network helper but the command, which holds the pipes) and for the
+    // command to be `sleep`: it is executed only after init said it is
+    // ready, which is after init let go of its streams.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let is_sleep = |p: u32| std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "sleep");
     let (init, command) = loop {
         let found = children_of(pid).into_iter().find_map(|i| {
             children_of(i)
                 .into_iter()
-                .find(|c| holds(*c, &out) == [1])
+                .find(|c| holds(*c, &out) == [1] && is_sleep(*c))
                 .map(|c| (i, c))
         });
         if let Some(f) = found {
