@@ -137,13 +137,14 @@ fn overlays_dir(state: &Path) -> PathBuf {
 /// empty `work`) kept for the next capture: `<state>/spare-captures/0` to
 /// `3`. On this machine's ext4 making the three directories costs 0.3 to
 /// 1.6 ms and removing them 0.6 ms, on the path of every run in a git
-/// repository (its git directory is an overlay) and of every hold and
-/// resume, where taking a spare and putting it back are one rename each
-/// (30 us). Only for captures in the state directory (not beside a
-/// workspace on another filesystem) that nobody was given (see
-/// [`Capture::create`]); a skeleton goes back only if it holds nothing else
-/// (no entry, no extended attribute an overlay left, the modes a new one
-/// would have), so a spare is as good as a new one.
+/// repository (its git directory is an overlay), where taking a spare and
+/// putting it back are one rename each (30 us); a hold's preview takes one
+/// too. Only for captures in the state directory (not beside a workspace on
+/// another filesystem) that nobody was given (see [`Capture::create`]),
+/// and only skeletons that no overlay used as its own upper or work
+/// directory (see [`Capture::finish`]); a skeleton goes back only if it
+/// holds nothing else (no entry, no extended attribute an overlay left, the
+/// modes a new one would have), so a spare is as good as a new one.
 fn spares_dir(state: &Path) -> PathBuf {
     state.join("spare-captures")
 }
@@ -374,15 +375,11 @@ impl Capture {
             return Err(err(&lower_path, std::io::Error::other("not a directory")));
         }
         let upper = self.upper().join(rel);
-        // The first overlay uses `work` itself: one directory fewer.
-        let work = match self.subtrees.len() {
-            0 => self.work(),
-            n => {
-                let w = self.work().join(n.to_string());
-                std::fs::create_dir(&w).map_err(|e| err(&w, e))?;
-                w
-            }
-        };
+        // Each overlay has a work directory of its own below `work`, never
+        // `work` itself: the capture's skeleton may serve the next capture
+        // while this overlay is still mounted (see [`spares_dir`]).
+        let work = self.work().join(self.subtrees.len().to_string());
+        std::fs::create_dir(&work).map_err(|e| err(&work, e))?;
         // A nested git directory needs its parents in the upper layer; the
         // workspace's own `.git` sits right in it.
         if let Some(parent) = upper.parent().filter(|p| *p != self.upper()) {
@@ -445,9 +442,16 @@ impl Capture {
         };
         self.unlink();
         if landed.skeleton_left {
+            // Only a skeleton whose `upper` and `work` held the overlays'
+            // directories (git directories' overlays) and were none
+            // themselves: the overlays stay mounted until init is let go,
+            // and a directory an overlay still uses must not serve another
+            // (overlayfs calls that undefined). A whole-workspace overlay's
+            // are its upper and work directories: removed.
+            let spares = self.spares.as_deref().filter(|_| !self.subtrees.is_empty());
             // Still locked: a run that takes the spare at once waits the
             // moment until we let go.
-            retire_skeleton(&self.dir, self.spares.as_deref());
+            retire_skeleton(&self.dir, spares);
         }
         Ok(landed.outcome)
     }
@@ -611,33 +615,14 @@ pub struct LandedPreview {
     /// Its journal moves entries to the trash (see [`cleanup`]).
     removals: bool,
     _lock: nix::fcntl::Flock<std::fs::File>,
-    /// Where its skeleton goes when it is done with, if anywhere (see [`spares_dir`]).
-    spares: Option<PathBuf>,
 }
 
 impl LandedPreview {
-    /// The result is on record: remove the preview, journal and all (its
-    /// empty skeleton kept as a spare where it can be, see [`spares_dir`]).
+    /// The result is on record: remove the preview, journal and all.
     pub fn done(self) {
-        end_journal(&self.dir, &self.workspace, self.removals);
-        if strip_preview(&self.dir) {
-            retire_skeleton(&self.dir, self.spares.as_deref());
-        } else {
-            remove_capture(&self.dir);
-        }
+        cleanup(&self.dir, &self.workspace, self.removals);
         let _ = std::fs::remove_file(&self.link);
     }
-}
-
-/// What a landed preview holds besides its skeleton, gone: its recorded
-/// output, its (empty) trash, overlayfs' `work/work`. Whether only the
-/// skeleton is left.
-fn strip_preview(dir: &Path) -> bool {
-    let gone = |r: std::io::Result<()>| r.is_ok() || r.is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound);
-    gone(std::fs::remove_file(dir.join("stdout")))
-        && gone(std::fs::remove_file(dir.join("stderr")))
-        && gone(std::fs::remove_dir(dir.join("trash")))
-        && gone(std::fs::remove_dir(dir.join("work").join("work")))
 }
 
 /// Who began a preview's landing: the action and its run (the resume that
@@ -748,7 +733,6 @@ pub fn land_preview(
                 link,
                 removals: landed.removals,
                 _lock: lock,
-                spares: (dir.parent() == Some(&state.join("previews"))).then(|| spares_dir(state)),
             },
         )),
         Err(e) => {
@@ -828,8 +812,6 @@ pub fn resume_preview_landing(state: &Path, id: &str, dir: &Path) -> Result<Pend
             workspace: journal.workspace,
             link,
             _lock: lock,
-            // Finished by recovery: removed whole, not kept as a spare.
-            spares: None,
         },
         outcome: journal.outcome,
         run: owner.run,
@@ -1484,17 +1466,11 @@ fn owner_to_give(made: &std::fs::Metadata) -> Option<(u32, u32)> {
 /// the landing with the capture's: a journal brought back with its sources
 /// would copy them again over the person's later edits.
 fn cleanup(dir: &Path, ws: &Path, removals: bool) {
-    end_journal(dir, ws, removals);
-    remove_capture(dir);
-}
-
-/// The first half of [`cleanup`]: the journal gone (durably when that
-/// matters), and the trash in the workspace.
-fn end_journal(dir: &Path, ws: &Path, removals: bool) {
     if std::fs::remove_file(dir.join(JOURNAL)).is_ok() && (removals || !same_mount(dir, ws)) {
         let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());
     }
     let _ = std::fs::remove_dir_all(trash_dir(dir, ws));
+    remove_capture(dir);
 }
 
 /// Strip a capture whose commit used no trash down to its skeleton (`upper`
@@ -1516,11 +1492,12 @@ fn strip_capture(dir: &Path, subtrees: &[&Path]) -> bool {
                 .map(|a| upper.join(a)),
         );
     }
-    for n in 1..subtrees.len() {
+    for n in 0..subtrees.len() {
         let w = work.join(n.to_string());
         empty_dirs.push(w.join("work"));
         empty_dirs.push(w);
     }
+    // A whole-workspace overlay's own.
     empty_dirs.push(work.join("work"));
     for d in &empty_dirs {
         if let Err(e) = std::fs::remove_dir(d) {
