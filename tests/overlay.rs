@@ -740,3 +740,62 @@ fn another_user_cannot_plant_files_in_a_running_capture() {
         text(&o)
     );
 }
+
+/// Entries of a directory of the state directory (none if it is not there).
+fn entries(w: &World, dir: &str) -> Vec<String> {
+    std::fs::read_dir(w.state.join(dir)).map_or_else(
+        |_| Vec::new(),
+        |d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        },
+    )
+}
+
+/// A run in a repository keeps its capture's empty skeleton as a spare,
+/// which the next capture takes; a whole-workspace overlay's skeleton and a
+/// preview's (their upper and work directories are the overlay's own, which
+/// may still be mounted) are never kept. No capture is left behind.
+#[test]
+fn only_skeletons_no_overlay_used_as_its_own_become_spares() {
+    let w = world();
+    host_git(&w, &["init", "-q"]);
+    let o = w.run("git status --short >/dev/null");
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(
+        entries(&w, "spare-captures").len(),
+        1,
+        "the repository run's skeleton is kept"
+    );
+    assert!(entries(&w, "overlays").is_empty(), "no capture left behind");
+    let o = w.run("git status --short >/dev/null");
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(entries(&w, "spare-captures").len(), 1, "taken and put back");
+
+    let o = w.run_policy("overlay = true", "echo x > docs/new.md");
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(std::fs::read_to_string(w.ws.join("docs/new.md")).unwrap(), "x\n");
+    assert!(
+        entries(&w, "spare-captures").is_empty(),
+        "a whole-workspace overlay took the spare and did not put its own skeleton back"
+    );
+    assert!(entries(&w, "overlays").is_empty(), "no capture left behind");
+
+    let o = w.run("git status --short >/dev/null");
+    assert!(o.status.success(), "{}", text(&o));
+    let held = w.run_policy("require_approval_for = [\"touch\"]\ndefault = \"allow\"", "touch held");
+    assert_eq!(held.status.code(), Some(75), "{}", text(&held));
+    assert!(entries(&w, "spare-captures").is_empty(), "the preview took the spare");
+    let id = held_id(&String::from_utf8_lossy(&held.stderr));
+    let approve = w.tx(&["approve", &id]);
+    assert!(approve.status.success(), "{}", text(&approve));
+    let resume = w.tx(&["resume", &id]);
+    assert!(resume.status.success(), "{}", text(&resume));
+    assert!(exists(&w.ws.join("held")));
+    assert!(
+        entries(&w, "spare-captures").is_empty(),
+        "the preview's skeleton is not kept"
+    );
+    assert!(entries(&w, "previews").is_empty() && entries(&w, "overlays").is_empty());
+}

@@ -158,8 +158,27 @@ fn rename_noreplace(from: &Path, to: &Path) -> nix::Result<()> {
 }
 
 /// Take a spare skeleton as `dir` (the new capture's name, not yet made).
+/// Checked again once taken, as if someone else could write the state
+/// directory (a shared one, a root launcher in a person's): what is not an
+/// empty skeleton of ours is removed, and the capture made afresh.
 fn take_spare(spares: &Path, dir: &Path) -> bool {
-    (0..SPARES).any(|k| rename_noreplace(&spares.join(k.to_string()), dir).is_ok())
+    if !private_dir(spares) {
+        return false;
+    }
+    if !(0..SPARES).any(|k| rename_noreplace(&spares.join(k.to_string()), dir).is_ok()) {
+        return false;
+    }
+    if only_empty_skeleton(dir) {
+        return true;
+    }
+    remove_capture(dir);
+    false
+}
+
+/// `p` is a directory (not a link to one) of ours that only we can enter.
+fn private_dir(p: &Path) -> bool {
+    std::fs::symlink_metadata(p)
+        .is_ok_and(|m| m.file_type().is_dir() && m.uid() == nix::unistd::geteuid().as_raw() && m.mode() & 0o077 == 0)
 }
 
 /// Put the skeleton `dir` back among the spares if it is an empty one and
@@ -168,20 +187,14 @@ fn take_spare(spares: &Path, dir: &Path) -> bool {
 /// the check and the rename.
 fn retire_skeleton(dir: &Path, spares: Option<&Path>) {
     if let Some(spares) = spares.filter(|_| only_empty_skeleton(dir)) {
-        for k in 0..SPARES {
-            let spare = spares.join(k.to_string());
-            match rename_noreplace(dir, &spare) {
-                Ok(()) => return,
-                // The first one back: the spares' directory is made once.
-                Err(nix::errno::Errno::ENOENT) if k == 0 => {
-                    use std::os::unix::fs::DirBuilderExt;
-                    let _ = std::fs::DirBuilder::new().mode(0o700).create(spares);
-                    if rename_noreplace(dir, &spare).is_ok() {
-                        return;
-                    }
-                }
-                Err(_) => {}
-            }
+        // The first one back makes the spares' directory; only one of ours
+        // that nobody else can enter takes any.
+        if !private_dir(spares) {
+            use std::os::unix::fs::DirBuilderExt;
+            let _ = std::fs::DirBuilder::new().mode(0o700).create(spares);
+        }
+        if private_dir(spares) && (0..SPARES).any(|k| rename_noreplace(dir, &spares.join(k.to_string())).is_ok()) {
+            return;
         }
     }
     for d in [dir.join("upper"), dir.join("work"), dir.to_path_buf()] {
@@ -192,11 +205,12 @@ fn retire_skeleton(dir: &Path, spares: Option<&Path>) {
     }
 }
 
-/// `dir` holds `upper` and `work` and nothing else, both empty, without
-/// extended attributes (an overlay's upper layer may carry some), with the
-/// mode a new one gets.
+/// `dir` is a directory of ours that only we can enter, and holds `upper`
+/// and `work` and nothing else: both directories of ours, empty, with the
+/// permissions a new one gets, without an overlay's extended attributes
+/// (an overlay's upper layer carries some; others, such as a security
+/// module's label, every new directory has too).
 fn only_empty_skeleton(dir: &Path) -> bool {
-    use std::os::unix::ffi::OsStrExt;
     let names = |p: &Path| -> Option<Vec<std::ffi::OsString>> {
         std::fs::read_dir(p)
             .ok()?
@@ -204,24 +218,50 @@ fn only_empty_skeleton(dir: &Path) -> bool {
             .collect::<Result<Vec<_>, _>>()
             .ok()
     };
+    if !std::fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_dir() && m.mode() & 0o777 == 0o700)
+        || !private_dir(dir)
+    {
+        return false;
+    }
     let Some(mut top) = names(dir) else { return false };
     top.sort();
     if top != ["upper", "work"] {
         return false;
     }
     let fresh_mode = 0o777 & !process_umask();
+    let euid = nix::unistd::geteuid().as_raw();
     ["upper", "work"].iter().all(|n| {
         let p = dir.join(n);
-        let Ok(c) = std::ffi::CString::new(p.as_os_str().as_bytes()) else {
-            return false;
-        };
-        // SAFETY: llistxattr with a NUL-terminated path and no buffer (size
-        // 0) only returns the size the list would need.
-        let xattrs = unsafe { libc::llistxattr(c.as_ptr(), std::ptr::null_mut(), 0) };
-        xattrs == 0
+        std::fs::symlink_metadata(&p)
+            .is_ok_and(|m| m.file_type().is_dir() && m.uid() == euid && m.mode() & 0o777 == fresh_mode)
             && names(&p).is_some_and(|v| v.is_empty())
-            && std::fs::symlink_metadata(&p).is_ok_and(|m| m.is_dir() && m.mode() & 0o7777 == fresh_mode)
+            && overlay_xattrs(&p) == Some(false)
     })
+}
+
+/// Whether `p` (not followed if a link) carries an overlay's extended
+/// attributes (`user.overlay.*`, `trusted.overlay.*`); `None` if that cannot
+/// be read.
+fn overlay_xattrs(p: &Path) -> Option<bool> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(p.as_os_str().as_bytes()).ok()?;
+    let mut buf = vec![0u8; 1024];
+    loop {
+        // SAFETY: llistxattr with a NUL-terminated path, writing at most
+        // `buf.len()` bytes into `buf`.
+        let n = unsafe { libc::llistxattr(c.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+        if n >= 0 {
+            let list = &buf[..n as usize];
+            return Some(
+                list.split(|b| *b == 0)
+                    .any(|name| name.starts_with(b"user.overlay.") || name.starts_with(b"trusted.overlay.")),
+            );
+        }
+        if std::io::Error::last_os_error().raw_os_error() != Some(libc::ERANGE) || buf.len() >= 1 << 16 {
+            return None;
+        }
+        buf.resize(buf.len() * 4, 0);
+    }
 }
 
 /// Name of the directory, beside a workspace, that holds its captures when
@@ -1675,7 +1715,11 @@ mod tests {
         not_spare("a-dir", &|d| std::fs::create_dir(d.join("work/work")).unwrap());
         not_spare("an-entry", &|d| std::fs::write(d.join("stdout"), "").unwrap());
         not_spare("a-mode", &|d| {
-            std::fs::set_permissions(d.join("upper"), std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap()
+            let other = (0o777 & !super::process_umask()) ^ 0o001;
+            std::fs::set_permissions(d.join("upper"), std::os::unix::fs::PermissionsExt::from_mode(other)).unwrap()
+        });
+        not_spare("an-open-top", &|d| {
+            std::fs::set_permissions(d, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap()
         });
         let with_xattr = state.path().join("xattr-probe");
         std::fs::create_dir(&with_xattr).unwrap();
@@ -1689,6 +1733,39 @@ mod tests {
         } else {
             eprintln!("no user extended attributes on this filesystem: overlays cannot leave any either");
         }
+    }
+
+    /// What sits among the spares is checked once taken, as if someone else
+    /// could write the state directory: a link to a directory with a planted
+    /// file is not followed, and is not taken; nor is anything from a spares
+    /// directory others can enter.
+    #[test]
+    fn a_planted_spare_is_never_taken() {
+        let state = tempfile::tempdir().unwrap();
+        let spares = spares_dir(state.path());
+        std::fs::create_dir(&spares).unwrap();
+        std::fs::set_permissions(&spares, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+        let planted = state.path().join("planted");
+        skeleton(&planted);
+        std::fs::write(planted.join("upper/hook"), "x").unwrap();
+        std::os::unix::fs::symlink(&planted, spares.join("0")).unwrap();
+        let taken = state.path().join("new");
+        assert!(!take_spare(&spares, &taken));
+        assert!(
+            std::fs::symlink_metadata(&taken).is_err(),
+            "nothing left in the capture's place"
+        );
+        assert_eq!(
+            std::fs::read_to_string(planted.join("upper/hook")).unwrap(),
+            "x",
+            "not followed"
+        );
+
+        // A real, empty skeleton, but in a spares directory others can enter.
+        skeleton(&spares.join("1"));
+        std::fs::set_permissions(&spares, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        assert!(!take_spare(&spares, &taken));
+        assert!(spares.join("1").exists(), "left where it was");
     }
 
     /// A preview kept before the exit code left its file keeps its digest
