@@ -11,32 +11,20 @@ bin_release=${TETHER_EXEC_RELEASE_BIN:-$(scripts/build-release.sh)}
 root=$(mktemp -d /tmp/tether-bench.XXXXXX); trap 'rm -rf "$root"' EXIT
 mkdir "$root/ws"
 printf 'require_approval_for = ["touch"]\ndefault = "allow"\n' > "$root/p.toml"
-python3 - "$bin_release" "$root" "${N:-40}" <<'PY'
-import json, os, selectors, statistics, sys, time
+TETHER_EXEC_SCRIPTS="$PWD/scripts" python3 - "$bin_release" "$root" "${N:-40}" <<'PY'
+import json, os, statistics, sys
+sys.path.insert(0, os.environ["TETHER_EXEC_SCRIPTS"])
+from timed_call import timed_call
 tx, root, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 env = dict(os.environ, TETHER_EXEC_STATE_DIR=f"{root}/state", TETHER_EXEC_APPROVER_KEY=f"{root}/approver.key")
 devnull = os.open(os.devnull, os.O_RDWR)
 os.chdir(f"{root}/ws")
 def timed(*args, expect=0):
-    # As a harness sees a call: until its stdout and stderr (pipes) are
-    # closed and its exit status is collected.
-    t0 = time.perf_counter_ns()
-    pipes = [os.pipe(), os.pipe()]
-    pid = os.posix_spawn(tx, [tx, *args], env, file_actions=[
-        (os.POSIX_SPAWN_DUP2, devnull, 0), (os.POSIX_SPAWN_DUP2, pipes[0][1], 1), (os.POSIX_SPAWN_DUP2, pipes[1][1], 2)])
-    with selectors.DefaultSelector() as sel:
-        for r, w in pipes:
-            os.close(w)
-            sel.register(r, selectors.EVENT_READ)
-        while sel.get_map():
-            for key, _ in sel.select():
-                if not os.read(key.fd, 65536):
-                    sel.unregister(key.fd)
-                    os.close(key.fd)
-    _, st = os.waitpid(pid, 0)
-    dt = (time.perf_counter_ns() - t0) / 1e6
-    if os.waitstatus_to_exitcode(st) != expect:
-        sys.exit(f"{args} exited {os.waitstatus_to_exitcode(st)}, expected {expect}")
+    # As a harness sees a call: until its output pipes close and its exit
+    # status is collected.
+    dt, code = timed_call([tx, *args], env, devnull)
+    if code != expect:
+        sys.exit(f"{args} exited {code}, expected {expect}")
     return dt
 plain, hold, approve, resume = [], [], [], []
 for i in range(n + 3):

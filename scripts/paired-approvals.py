@@ -10,7 +10,10 @@ until its stdout and stderr are closed and its exit status is collected.
 
 Copy both binaries afresh before comparing them: on a VM a binary's own
 page-cache history can move its timing by tenths of a millisecond."""
-import argparse, json, os, selectors, shutil, statistics, sys, tempfile, time
+import argparse, json, os, shutil, statistics, sys, tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from timed_call import timed_call  # noqa: E402
 
 
 def main():
@@ -39,7 +42,7 @@ def run(bins, root, n):
     def timed(k, *args, expect=0):
         env = dict(os.environ, TETHER_EXEC_STATE_DIR=os.path.join(root, f"state-{k}"),
                    TETHER_EXEC_APPROVER_KEY=os.path.join(root, f"key-{k}", "approver.key"))
-        dt, code = harness_call([bins[k], *args], env, devnull)
+        dt, code = timed_call([bins[k], *args], env, devnull)
         if code != expect:
             sys.exit(f"{bins[k]} {' '.join(args)} exited {code}, expected {expect}")
         return dt
@@ -66,29 +69,6 @@ def run(bins, root, n):
     whole = statistics.median(
         sum(times["B"][s][i] for s in steps) - sum(times["A"][s][i] for s in steps) for i in range(n))
     print(f"hold + approve + resume, paired B-A {whole:+.2f} ms")
-
-
-def harness_call(argv, env, stdin):
-    """Start argv as a harness does (tether, `subprocess.run(capture_output=True)`):
-    stdout and stderr are pipes read to their end, then the exit status is
-    collected. Returns the milliseconds that took and the exit code."""
-    t0 = time.perf_counter_ns()
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
-    pid = os.posix_spawn(argv[0], argv, env, file_actions=[
-        (os.POSIX_SPAWN_DUP2, stdin, 0), (os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2)])
-    os.close(out_w)
-    os.close(err_w)
-    with selectors.DefaultSelector() as sel:
-        sel.register(out_r, selectors.EVENT_READ)
-        sel.register(err_r, selectors.EVENT_READ)
-        while sel.get_map():
-            for key, _ in sel.select():
-                if not os.read(key.fd, 65536):
-                    sel.unregister(key.fd)
-                    os.close(key.fd)
-    _, status = os.waitpid(pid, 0)
-    return (time.perf_counter_ns() - t0) / 1e6, os.waitstatus_to_exitcode(status)
 
 
 if __name__ == "__main__":

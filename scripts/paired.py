@@ -11,7 +11,10 @@ Each command runs without a shell, its output discarded; a non-zero exit
 stops the measurement. With --pipes its stdout and stderr are pipes read to
 their end, as a harness reads them (tether, `subprocess.run(capture_output=
 True)`): a command is then done when both are closed and it has exited."""
-import argparse, os, selectors, statistics, sys, time
+import argparse, os, statistics, sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from timed_call import timed_call  # noqa: E402
 
 def main():
     argv = sys.argv[1:]
@@ -30,27 +33,10 @@ def main():
     os.chdir(opts.cwd)
 
     def once(cmd):
-        t0 = time.perf_counter_ns()
-        out = [os.pipe(), os.pipe()] if opts.pipes else [(None, devnull), (None, devnull)]
-        pid = os.posix_spawnp(cmd[0], cmd, os.environ,
-                              file_actions=[(os.POSIX_SPAWN_DUP2, devnull, 0),
-                                            (os.POSIX_SPAWN_DUP2, out[0][1], 1),
-                                            (os.POSIX_SPAWN_DUP2, out[1][1], 2)])
-        if opts.pipes:
-            with selectors.DefaultSelector() as sel:
-                for r, w in out:
-                    os.close(w)
-                    sel.register(r, selectors.EVENT_READ)
-                while sel.get_map():
-                    for key, _ in sel.select():
-                        if not os.read(key.fd, 65536):
-                            sel.unregister(key.fd)
-                            os.close(key.fd)
-        _, status = os.waitpid(pid, 0)
-        t1 = time.perf_counter_ns()
-        if os.waitstatus_to_exitcode(status) != 0:
-            sys.exit(f"paired.py: {' '.join(cmd)} exited {os.waitstatus_to_exitcode(status)}")
-        return (t1 - t0) / 1e6
+        ms, code = timed_call(cmd, os.environ, devnull, pipes=opts.pipes)
+        if code != 0:
+            sys.exit(f"paired.py: {' '.join(cmd)} exited {code}")
+        return ms
 
     for _ in range(opts.warmup):
         once(a), once(b)
