@@ -284,3 +284,22 @@ fn a_run_that_cannot_be_planned_is_still_on_record() {
         .collect();
     assert_eq!(kinds, ["decision"], "{log}");
 }
+
+/// A hold whose preview cannot even be prepared (here its capture cannot be
+/// made) runs nothing, and its decision is on record all the same.
+#[test]
+fn a_hold_whose_preview_cannot_start_is_still_on_record() {
+    let w = World::new();
+    std::fs::write(w.state.join("overlays"), "not a directory").unwrap();
+    let policy = w.policy("require_approval_for = [\"touch\"]\ndefault = \"allow\"\n");
+    let o = w.tx(&["run", "--policy", policy.to_str().unwrap(), "-c", "touch held.txt"]);
+    assert_eq!(o.status.code(), Some(125), "{}", text(&o));
+    assert!(text(&o).contains("cannot prepare the preview"), "{}", text(&o));
+    assert!(!exists(&w.ws.join("held.txt")), "nothing ran");
+    let log = std::fs::read_to_string(w.state.join("audit/log.jsonl")).unwrap();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("\"kind\":\"decision\"") && l.contains("\"decision\":\"ask\"")),
+        "{log}"
+    );
+}
