@@ -17,6 +17,11 @@ pub enum StateError {
         #[source]
         source: std::io::Error,
     },
+    /// Someone else could write it: what the launcher later acts on from
+    /// there (captures it lands or removes, spares, the secret scan's cache,
+    /// owed checks) could be planted.
+    #[error("the state directory {path} is {why}: another account could plant there what tether-exec acts on (captures it lands or removes, its caches) and tamper with approvals and the audit trail; make it yours and writable by you alone (chown, chmod go-w), or pass another with --state-dir")]
+    NotPrivate { path: PathBuf, why: String },
     /// Approvals bind the boot: without its id they could outlive one.
     #[error("cannot read this boot's id from /proc/sys/kernel/random/boot_id ({0}); approvals are bound to it, so none can be held or resumed")]
     NoBootId(std::io::Error),
@@ -94,9 +99,10 @@ pub fn real_dir(p: &std::path::Path) -> Option<PathBuf> {
     }
 }
 
-/// Create the state directory (mode 0700) if needed and return its canonical path.
+/// Create the state directory (mode 0700) if needed and return its canonical
+/// path; refused unless it is ours and nobody else can write it.
 pub fn ensure(dir: &std::path::Path) -> Result<PathBuf, StateError> {
-    use std::os::unix::fs::DirBuilderExt;
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
@@ -105,12 +111,28 @@ pub fn ensure(dir: &std::path::Path) -> Result<PathBuf, StateError> {
             path: dir.to_path_buf(),
             source: e,
         })?;
-    match real_dir(dir) {
-        Some(real) => Ok(real),
+    let real = match real_dir(dir) {
+        Some(real) => real,
         None => std::fs::canonicalize(dir).map_err(|e| StateError::Create {
             path: dir.to_path_buf(),
             source: e,
-        }),
+        })?,
+    };
+    let meta = std::fs::metadata(&real).map_err(|e| StateError::Create {
+        path: real.clone(),
+        source: e,
+    })?;
+    let euid = nix::unistd::geteuid().as_raw();
+    let why = if meta.uid() != euid {
+        Some(format!("owned by uid {}, not by uid {euid}", meta.uid()))
+    } else if meta.mode() & 0o022 != 0 {
+        Some(format!("writable by others (mode {:o})", meta.mode() & 0o7777))
+    } else {
+        None
+    };
+    match why {
+        Some(why) => Err(StateError::NotPrivate { path: real, why }),
+        None => Ok(real),
     }
 }
 

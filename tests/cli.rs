@@ -376,3 +376,32 @@ fn the_sandbox_init_keeps_none_of_the_harness_pipes() {
     launcher.kill().unwrap();
     let _ = launcher.wait();
 }
+
+/// A state directory another account could write is refused, nothing runs,
+/// and the message names it and the fix: what the launcher acts on from
+/// there (captures it lands or removes, its caches) could be planted.
+#[test]
+fn a_state_directory_others_can_write_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let w = World::new();
+    let control = w.run("true");
+    assert!(
+        control.status.success(),
+        "control: a private one works: {}",
+        text(&control)
+    );
+    std::fs::set_permissions(&w.state, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let o = w.run("touch ran.txt");
+    assert_eq!(o.status.code(), Some(125), "{}", text(&o));
+    assert!(text(&o).contains("is writable by others (mode 777)"), "{}", text(&o));
+    assert!(text(&o).contains("chmod go-w"), "{}", text(&o));
+    assert!(!exists(&w.ws.join("ran.txt")), "nothing ran");
+    std::fs::set_permissions(&w.state, std::fs::Permissions::from_mode(0o700)).unwrap();
+    if is_root() {
+        std::os::unix::fs::chown(&w.state, Some(65534), None).unwrap();
+        let o = w.run("touch ran.txt");
+        assert_eq!(o.status.code(), Some(125), "{}", text(&o));
+        assert!(text(&o).contains("owned by uid 65534, not by uid 0"), "{}", text(&o));
+        assert!(!exists(&w.ws.join("ran.txt")), "nothing ran");
+    }
+}

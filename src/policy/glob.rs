@@ -88,8 +88,9 @@ pub struct PathGlobs {
     /// on this project's slow machine, on the path of every hold and resume.
     protected: std::cell::OnceCell<GlobSet>,
     protected_src: Vec<String>,
-    /// A layer adds protected patterns of its own, which any path may match.
-    own_protected: bool,
+    /// Some protected pattern does not start with the component `.git` or
+    /// `.tether` (a layer's own), so any path may match one.
+    anywhere: bool,
 }
 
 impl PathGlobs {
@@ -112,11 +113,16 @@ impl PathGlobs {
                 b.build().expect("validated globs")
             })
             .collect();
+        let protected_src = policy.protected_globs();
+        let anywhere = protected_src.iter().any(|g| {
+            let first = g.split('/').next().unwrap_or_default();
+            first != ".git" && first != ".tether"
+        });
         PathGlobs {
             writable,
             protected: std::cell::OnceCell::new(),
-            protected_src: policy.protected_globs(),
-            own_protected: policy.layers.iter().any(|l| !l.protected.is_empty()),
+            protected_src,
+            anywhere,
         }
     }
 
@@ -132,11 +138,11 @@ impl PathGlobs {
 
     /// The protected pattern a workspace-relative path falls under, if any.
     pub fn protected_by(&self, rel: &str) -> Option<String> {
-        // Every built-in pattern starts with the component `.git` or
-        // `.tether` (a test holds them to it): any other path, under a policy
-        // with no protected patterns of its own, needs no compiled set.
+        // A pattern that starts with the component `.git` or `.tether`
+        // matches no path that starts otherwise: unless some pattern starts
+        // elsewhere (the built-in ones do not), other paths need no set.
         let first = rel.split('/').next().unwrap_or_default();
-        if self.own_protected || first == ".git" || first == ".tether" {
+        if self.anywhere || first == ".git" || first == ".tether" {
             if let Some(i) = self.protected_set().matches(rel).first() {
                 return Some(self.protected_src[*i].clone());
             }
@@ -163,8 +169,9 @@ mod tests {
     use crate::policy::Policy;
 
     /// `PathGlobs::protected_by` skips the compiled set for paths outside
-    /// `.git` and `.tether`: that holds only while every built-in pattern
-    /// starts there.
+    /// `.git` and `.tether` unless some pattern starts elsewhere: the
+    /// built-in ones never do, so the default policy always takes the
+    /// shortcut.
     #[test]
     fn every_built_in_protected_pattern_starts_in_git_or_tether() {
         for g in builtin_protected_globs() {
@@ -178,7 +185,15 @@ mod tests {
     #[test]
     fn protected_by_answers_as_the_whole_set_does() {
         let own = Layer::parse("protected = [\"secrets/**\", \"*.pem\"]", "p.toml", Format::Toml).unwrap();
+        let own_in_git = Layer::parse("protected = [\".git/info/**\"]", "p.toml", Format::Toml).unwrap();
         let paths = [
+            "",
+            ".git/",
+            "./.git/config",
+            "/.git/config",
+            ".git//config",
+            ".git/info/exclude",
+            ".tether/",
             ".git",
             ".git/config",
             ".git/hooks/pre-commit",
@@ -199,7 +214,11 @@ mod tests {
             ".env.example",
             ".gitignore",
         ];
-        for layers in [vec![Layer::embedded_default()], vec![Layer::embedded_default(), own]] {
+        for layers in [
+            vec![Layer::embedded_default()],
+            vec![Layer::embedded_default(), own],
+            vec![Layer::embedded_default(), own_in_git],
+        ] {
             let policy = Policy::new(layers, Vec::new());
             let lazy = PathGlobs::compile(&policy);
             let src = policy.protected_globs();

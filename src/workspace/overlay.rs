@@ -1428,6 +1428,18 @@ fn apply(dir: &Path, j: &Journal) -> Result<(), WorkspaceError> {
     Ok(())
 }
 
+/// `target` (what a link in `<state>/overlays` names) is a capture of ours
+/// beside a workspace: a directory, not a link, owned by us, in a folder
+/// named [`BESIDE_WORKSPACE`].
+fn is_capture_beside_workspace(target: &Path) -> bool {
+    target
+        .parent()
+        .and_then(|p| p.file_name())
+        .is_some_and(|n| n == BESIDE_WORKSPACE)
+        && std::fs::symlink_metadata(target)
+            .is_ok_and(|m| m.file_type().is_dir() && m.uid() == nix::unistd::geteuid().as_raw())
+}
+
 /// Whether a rename can go from one path to the other: the same mount (not
 /// only the same device: a bind mount of it is another mount, and rename
 /// refuses to cross it).
@@ -1573,13 +1585,52 @@ fn remove_capture(dir: &Path) -> Option<PathBuf> {
 }
 
 fn grant_owner_access(dir: &Path) -> std::io::Result<()> {
-    let m = std::fs::symlink_metadata(dir)?;
-    if !m.is_dir() {
+    match nix::fcntl::open(dir, path_only(), nix::sys::stat::Mode::empty()) {
+        Ok(fd) => grant_owner_access_at(fd),
+        Err(_) => Ok(()),
+    }
+}
+
+/// A descriptor that only names a directory (`O_PATH`: no permission on it
+/// needed, as for overlayfs' `work/work` at mode 000), never a link.
+fn path_only() -> nix::fcntl::OFlag {
+    use nix::fcntl::OFlag;
+    OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC
+}
+
+/// [`grant_owner_access`] on a directory named by an `O_PATH` descriptor:
+/// only our own directories, each reached by `openat` from its parent's
+/// descriptor and never through a link, and changed through its own
+/// descriptor, so nothing swapped in meanwhile redirects a `chmod`.
+fn grant_owner_access_at(fd: std::os::fd::OwnedFd) -> std::io::Result<()> {
+    use nix::fcntl::{openat, OFlag};
+    use nix::sys::stat::{fstat, Mode};
+    use std::os::fd::AsRawFd;
+    if fstat(&fd)?.st_uid != nix::unistd::geteuid().as_raw() {
         return Ok(());
     }
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
-    for e in std::fs::read_dir(dir)?.flatten() {
-        let _ = grant_owner_access(&e.path());
+    // The descriptor's own inode (an O_PATH descriptor takes no fchmod).
+    std::fs::set_permissions(
+        format!("/proc/self/fd/{}", fd.as_raw_fd()),
+        std::fs::Permissions::from_mode(0o700),
+    )?;
+    let readable = openat(
+        &fd,
+        c".",
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
+    let mut d = nix::dir::Dir::from_fd(readable)?;
+    let names: Vec<std::ffi::CString> = d
+        .iter()
+        .flatten()
+        .map(|e| e.file_name().to_owned())
+        .filter(|n| n.as_bytes() != b"." && n.as_bytes() != b"..")
+        .collect();
+    for name in names {
+        if let Ok(child) = openat(&d, name.as_c_str(), path_only(), Mode::empty()) {
+            let _ = grant_owner_access_at(child);
+        }
     }
     Ok(())
 }
@@ -1601,7 +1652,10 @@ pub fn recover(state: &Path) -> Vec<String> {
         let link = e.file_type().is_ok_and(|t| t.is_symlink()).then(|| e.path());
         let dir = match &link {
             Some(l) => match std::fs::read_link(l) {
-                Ok(target) if target.is_dir() => target,
+                // Only a capture of ours beside a workspace: a link to
+                // anywhere else is not followed into (what recovery does to a
+                // capture, it must never do to another directory).
+                Ok(target) if is_capture_beside_workspace(&target) => target,
                 // Its capture is gone (or was never made): nothing to recover.
                 _ => {
                     let _ = std::fs::remove_file(l);
@@ -1766,6 +1820,27 @@ mod tests {
         std::fs::set_permissions(&spares, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
         assert!(!take_spare(&spares, &taken));
         assert!(spares.join("1").exists(), "left where it was");
+    }
+
+    /// Access is granted back to our own directories in the tree (overlayfs
+    /// leaves `work/work` at mode 000), never through a link out of it.
+    #[test]
+    fn granting_access_stays_in_the_tree() {
+        use std::os::unix::fs::PermissionsExt;
+        let root = tempfile::tempdir().unwrap();
+        let tree = root.path().join("capture");
+        std::fs::create_dir_all(tree.join("work/work/inner")).unwrap();
+        let outside = root.path().join("outside");
+        std::fs::create_dir(&outside).unwrap();
+        std::fs::set_permissions(&outside, std::fs::Permissions::from_mode(0o751)).unwrap();
+        std::os::unix::fs::symlink(&outside, tree.join("work/link")).unwrap();
+        std::fs::set_permissions(tree.join("work/work"), std::fs::Permissions::from_mode(0o000)).unwrap();
+        super::grant_owner_access(&tree).unwrap();
+        let mode = |p: &Path| std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode(&tree.join("work/work")), 0o700);
+        assert_eq!(mode(&tree.join("work/work/inner")), 0o700);
+        assert_eq!(mode(&outside), 0o751, "not followed out of the tree");
+        std::fs::remove_dir_all(&tree).unwrap();
     }
 
     /// A preview kept before the exit code left its file keeps its digest
