@@ -68,6 +68,29 @@ impl Dir {
     /// (`syncfs`), through a readable descriptor: the kernel refuses one
     /// opened `O_PATH`.
     pub fn sync_filesystem(&self) -> std::io::Result<()> {
+        let dir = self.readable()?;
+        // SAFETY: syncfs on a descriptor we own.
+        if unsafe { libc::syncfs(dir.as_raw_fd()) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// The names this directory holds (`.` and `..` left out), read
+    /// through a readable descriptor of this very directory.
+    pub fn names(&self) -> std::io::Result<Vec<std::ffi::OsString>> {
+        use std::os::unix::ffi::OsStrExt;
+        let mut d = nix::dir::Dir::from_fd(self.readable()?)?;
+        Ok(d.iter()
+            .flatten()
+            .map(|e| OsStr::from_bytes(e.file_name().to_bytes()).to_os_string())
+            .filter(|n| n != "." && n != "..")
+            .collect())
+    }
+
+    /// This directory again, readable (an `O_PATH` descriptor lists and
+    /// syncs nothing).
+    fn readable(&self) -> std::io::Result<OwnedFd> {
         // SAFETY: openat of "." relative to a descriptor we own; the result
         // is owned below.
         let fd = unsafe {
@@ -81,12 +104,7 @@ impl Dir {
             return Err(std::io::Error::last_os_error());
         }
         // SAFETY: a fresh descriptor nobody else owns.
-        let dir = unsafe { OwnedFd::from_raw_fd(fd) };
-        // SAFETY: syncfs on a descriptor we own.
-        if unsafe { libc::syncfs(dir.as_raw_fd()) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(())
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
     }
 
     /// `rel` (relative, no `..`), beneath this directory, through real

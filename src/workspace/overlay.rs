@@ -218,8 +218,10 @@ fn only_empty_skeleton(dir: &Path) -> bool {
             .collect::<Result<Vec<_>, _>>()
             .ok()
     };
-    if !std::fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_dir() && m.mode() & 0o777 == 0o700)
-        || !private_dir(dir)
+    // Ours, a directory (not a link), with the mode a new one gets.
+    let euid = nix::unistd::geteuid().as_raw();
+    if !std::fs::symlink_metadata(dir)
+        .is_ok_and(|m| m.file_type().is_dir() && m.uid() == euid && m.mode() & 0o777 == 0o700)
     {
         return false;
     }
@@ -229,7 +231,6 @@ fn only_empty_skeleton(dir: &Path) -> bool {
         return false;
     }
     let fresh_mode = 0o777 & !process_umask();
-    let euid = nix::unistd::geteuid().as_raw();
     ["upper", "work"].iter().all(|n| {
         let p = dir.join(n);
         std::fs::symlink_metadata(&p)
@@ -1585,51 +1586,29 @@ fn remove_capture(dir: &Path) -> Option<PathBuf> {
 }
 
 fn grant_owner_access(dir: &Path) -> std::io::Result<()> {
-    match nix::fcntl::open(dir, path_only(), nix::sys::stat::Mode::empty()) {
-        Ok(fd) => grant_owner_access_at(fd),
+    let (Some(parent), Some(name)) = (dir.parent(), dir.file_name()) else {
+        return Ok(());
+    };
+    match beneath::Dir::root(parent).and_then(|p| p.dir(Path::new(name))) {
+        Ok(d) => grant_owner_access_at(&d),
         Err(_) => Ok(()),
     }
 }
 
-/// A descriptor that only names a directory (`O_PATH`: no permission on it
-/// needed, as for overlayfs' `work/work` at mode 000), never a link.
-fn path_only() -> nix::fcntl::OFlag {
-    use nix::fcntl::OFlag;
-    OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC
-}
-
-/// [`grant_owner_access`] on a directory named by an `O_PATH` descriptor:
-/// only our own directories, each reached by `openat` from its parent's
-/// descriptor and never through a link, and changed through its own
-/// descriptor, so nothing swapped in meanwhile redirects a `chmod`.
-fn grant_owner_access_at(fd: std::os::fd::OwnedFd) -> std::io::Result<()> {
-    use nix::fcntl::{openat, OFlag};
-    use nix::sys::stat::{fstat, Mode};
-    use std::os::fd::AsRawFd;
-    if fstat(&fd)?.st_uid != nix::unistd::geteuid().as_raw() {
+/// [`grant_owner_access`] on an open directory: only our own directories,
+/// each reached from its parent's descriptor and never through a link
+/// ([`beneath::Dir::dir`]), and changed through its own descriptor, so
+/// nothing swapped in meanwhile redirects a `chmod`.
+fn grant_owner_access_at(d: &beneath::Dir) -> std::io::Result<()> {
+    // The descriptor's own inode (an O_PATH descriptor takes no fchmod).
+    let own = format!("/proc/self/fd/{}", d.fd());
+    if std::fs::metadata(&own)?.uid() != nix::unistd::geteuid().as_raw() {
         return Ok(());
     }
-    // The descriptor's own inode (an O_PATH descriptor takes no fchmod).
-    std::fs::set_permissions(
-        format!("/proc/self/fd/{}", fd.as_raw_fd()),
-        std::fs::Permissions::from_mode(0o700),
-    )?;
-    let readable = openat(
-        &fd,
-        c".",
-        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )?;
-    let mut d = nix::dir::Dir::from_fd(readable)?;
-    let names: Vec<std::ffi::CString> = d
-        .iter()
-        .flatten()
-        .map(|e| e.file_name().to_owned())
-        .filter(|n| n.as_bytes() != b"." && n.as_bytes() != b"..")
-        .collect();
-    for name in names {
-        if let Ok(child) = openat(&d, name.as_c_str(), path_only(), Mode::empty()) {
-            let _ = grant_owner_access_at(child);
+    std::fs::set_permissions(&own, std::fs::Permissions::from_mode(0o700))?;
+    for name in d.names()? {
+        if let Ok(child) = d.dir(Path::new(&name)) {
+            let _ = grant_owner_access_at(&child);
         }
     }
     Ok(())
