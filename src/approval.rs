@@ -91,10 +91,15 @@
 //! or without the lost commits. A nonce whose consumption was lost belongs to
 //! evidence that can never match again; so do proposal counts that went
 //! back. An fsync there would buy nothing, at 0.15–0.4 ms each. Two commits are
-//! fsynced, because durable state outside the store depends on them: a
-//! resume's start (a preview landing's journal names its run) and trusting
-//! a key (trust on first use must not pass to the next key after a crash).
-//! Before them the WAL's own name is made durable, once per WAL file
+//! made durable, because durable state outside the store depends on them:
+//! trusting a key (trust on first use must not pass to the next key after a
+//! crash), fsynced as it commits; and a resume's start, but only when the
+//! preview landing it begins writes a durable journal naming its run (several
+//! renames, or a copy across filesystems; [`ApprovalStore::make_commits_durable`]
+//! then syncs it before the journal). A landing of one rename is atomic and
+//! writes no durable journal: after a power cut, whatever of it survived is
+//! consistent and its action, bound to the old boot, cannot be resumed.
+//! Before a sync the WAL's own name is made durable, once per WAL file
 //! (`state::make_wal_name_durable`: the bundled SQLite no longer syncs the
 //! directory in every process).
 //!
@@ -110,7 +115,7 @@
 use std::collections::BTreeSet;
 
 use std::fmt;
-use std::fs::{DirBuilder, OpenOptions};
+use std::fs::{DirBuilder, File, OpenOptions};
 use std::io::{Read, Write};
 
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
@@ -1017,18 +1022,45 @@ impl ApprovalStore {
         Transaction::new_unchecked(&self.conn, TransactionBehavior::Immediate).db(context)
     }
 
-    /// A write transaction on disk before it returns (fsync), for the two
-    /// commits other durable state depends on: a resume's start (a preview's
-    /// landing journal, fsynced, names the run it records) and the first
+    /// A write transaction on disk before it returns (fsync), for the first
     /// trusted key (trust on first use must not pass to the next key).
     fn immediate_durable(&self, context: &'static str) -> Result<Transaction<'_>> {
+        self.make_wal_name_durable()?;
+        self.conn.execute_batch("PRAGMA synchronous = FULL").db(context)?;
+        Transaction::new_unchecked(&self.conn, TransactionBehavior::Immediate).db(context)
+    }
+
+    fn make_wal_name_durable(&self) -> Result<()> {
         crate::state::make_wal_name_durable(&self.path).map_err(|source| ApprovalError::Io {
             action: "sync the directory holding",
             path: self.path.clone(),
             source,
-        })?;
-        self.conn.execute_batch("PRAGMA synchronous = FULL").db(context)?;
-        Transaction::new_unchecked(&self.conn, TransactionBehavior::Immediate).db(context)
+        })
+    }
+
+    /// Puts every commit made so far on disk (fsync of the WAL, where a
+    /// `NORMAL` commit waits: SQLite finds a synced commit frame after a power
+    /// cut as it finds one `FULL` synced; a commit a checkpoint has since
+    /// copied back was synced into the database by that checkpoint). For a
+    /// resume's start, and only once a preview landing's journal is about to
+    /// be made durable: that journal names the run, and after a power cut a
+    /// durable journal whose run the store lost is given up rather than
+    /// finished. A landing of one rename writes no durable journal, and then
+    /// the start needs no fsync (see "Storage").
+    pub fn make_commits_durable(&self) -> Result<()> {
+        self.make_wal_name_durable()?;
+        let wal = {
+            let mut p = self.path.as_os_str().to_owned();
+            p.push("-wal");
+            PathBuf::from(p)
+        };
+        File::open(&wal)
+            .and_then(|f| f.sync_data())
+            .map_err(|source| ApprovalError::Io {
+                action: "sync",
+                path: wal,
+                source,
+            })
     }
 
     /// Holds an action until it is approved. Counts as one proposal of its
@@ -1357,7 +1389,8 @@ impl ApprovalStore {
     /// documentation; at most one caller ever receives [`Resume::Run`] for a
     /// given set of approvals.
     pub fn begin_resume(&self, id: &str, current: &Current, now_unix_ms: u64) -> Result<Resume> {
-        let tx = self.immediate_durable("resuming an action")?;
+        // Not fsynced: see `make_commits_durable`.
+        let tx = self.immediate("resuming an action")?;
         let action = load_action(&tx, id)?;
 
         // 1. Terminal and in-flight states.

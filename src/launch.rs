@@ -1153,6 +1153,7 @@ pub fn resume(id: &str, state: &Path) -> Finished {
                     id,
                     &run_id,
                     state,
+                    &store,
                 );
                 let result = RecordedResult {
                     exit_code: done.receipt.exit_code,
@@ -1229,6 +1230,7 @@ fn land_preview(
     id: &str,
     run_id: &str,
     state: &Path,
+    store: &ApprovalStore,
 ) -> (Finished, Option<LandedPreview>) {
     let out = std::fs::read(pr.dir.join("stdout")).unwrap_or_default();
     let err = std::fs::read(pr.dir.join("stderr")).unwrap_or_default();
@@ -1239,8 +1241,16 @@ fn land_preview(
         action: id.to_string(),
         run: run_id.to_string(),
     };
-    let code = match crate::workspace::overlay::land_preview(state, &owner, &pr.dir, ws, &|| policy.path_globs(), drop)
-    {
+    let make_start_durable = || store.make_commits_durable().map_err(std::io::Error::other);
+    let code = match crate::workspace::overlay::land_preview(
+        state,
+        &owner,
+        &pr.dir,
+        ws,
+        &|| policy.path_globs(),
+        drop,
+        &make_start_durable,
+    ) {
         Ok((o, l)) => {
             landed = Some(l);
             record_outcome(o, &mut receipt, &mut stderr, pr.exit_code)

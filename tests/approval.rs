@@ -1,7 +1,7 @@
 //! Tests for the approval store through its public API, plus raw SQL edits
 //! that play an attacker with write access to the database.
 
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
@@ -274,6 +274,23 @@ fn approve_run_finish_then_already_ran() {
     }
     let err = fx.store.approve(&held.id, &fx.key, T0 + 5).unwrap_err();
     assert!(matches!(err, ApprovalError::WrongState { .. }), "{err:?}");
+}
+
+/// A resume's start, once made durable, is on disk through the WAL: it
+/// syncs, and marks the WAL's name as synced (`state::make_wal_name_durable`).
+#[test]
+fn a_started_resume_can_be_made_durable() {
+    let fx = Fx::new();
+    let held = fx.hold_approved(request(None));
+    let _ticket = run(fx.resume(&held));
+    let db = fx.state_dir().join(DB_FILE_NAME);
+    let marker = fx.state_dir().join(format!("{DB_FILE_NAME}-wal.synced"));
+    let _ = std::fs::remove_file(&marker);
+    fx.store.make_commits_durable().unwrap();
+    let wal = std::fs::metadata(format!("{}-wal", db.display())).unwrap();
+    let synced = std::fs::metadata(&marker).unwrap();
+    assert_eq!((wal.dev(), wal.ino()), (synced.dev(), synced.ino()));
+    assert_eq!(fx.raw_state(&held.id), "running");
 }
 
 #[test]

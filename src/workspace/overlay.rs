@@ -744,6 +744,7 @@ pub fn land_preview(
     workspace: &Path,
     globs: &dyn Fn() -> PathGlobs,
     drop_violations: bool,
+    make_start_durable: &dyn Fn() -> std::io::Result<()>,
 ) -> Result<(Outcome, LandedPreview), WorkspaceError> {
     let lock = lock_preview(dir, true)?.ok_or_else(|| err(dir, std::io::Error::other("cannot lock the preview")))?;
     if landing_begun(dir) {
@@ -764,7 +765,7 @@ pub fn land_preview(
         drop_violations,
         SystemTime::now(),
         &[],
-        Some(owner),
+        Some((owner, make_start_durable)),
     ) {
         Ok(landed) => Ok((
             landed.outcome,
@@ -907,7 +908,7 @@ fn land(
     drop_violations: bool,
     started: SystemTime,
     subtrees: &[&Path],
-    preview: Option<&LandingOwner>,
+    preview: Option<(&LandingOwner, &dyn Fn() -> std::io::Result<()>)>,
 ) -> Result<Landed, WorkspaceError> {
     {
         let mut out = Outcome::default();
@@ -936,7 +937,7 @@ fn land(
         };
         let mut ops: Vec<Op> = ops.into_iter().map(|(op, _)| op).collect();
         objects_first(&mut ops, subtrees);
-        if let Some(owner) = preview {
+        if let Some((owner, make_start_durable)) = preview {
             // A preview: the journal, even of nothing, records that the
             // landing began; the caller removes the preview (`LandedPreview`).
             out.committed = out.violations.is_empty() || !ops.is_empty();
@@ -949,6 +950,13 @@ fn land(
             // One rename (or none) is atomic by itself; a move across
             // filesystems is a copy, which is not.
             let durable = journal.ops.len() > 1 || !same_mount(dir, workspace);
+            if durable {
+                // The journal names the run that began this landing, so the
+                // store's record of that start goes to disk first: after a
+                // power cut a durable journal is finished only for a run the
+                // store still knows.
+                make_start_durable().map_err(|e| err(dir, e))?;
+            }
             write_journal(dir, &journal, durable)?;
             crash_point("after-journal");
             apply(dir, &journal)?;
@@ -1840,5 +1848,73 @@ mod tests {
             preview_digest(d.path(), 0).unwrap(),
             preview_digest(d.path(), 3).unwrap()
         );
+    }
+
+    /// A preview whose run wrote `files` (new files, each in the upper layer).
+    fn preview_writing(state: &Path, ws: &Path, files: &[&str]) -> super::Preview {
+        let capture = super::Capture::create(state, ws).unwrap();
+        for f in files {
+            std::fs::write(capture.upper().join(f), f.as_bytes()).unwrap();
+        }
+        drop(capture.output_files().unwrap());
+        let globs = || crate::policy::Policy::embedded_default().path_globs();
+        capture.keep_as_preview(state, &globs, 0).unwrap()
+    }
+
+    fn owner() -> super::LandingOwner {
+        super::LandingOwner {
+            action: "apr_test".into(),
+            run: "run_test".into(),
+        }
+    }
+
+    /// The store's record of a resume's start is synced only for a landing
+    /// that writes a durable journal (more than one rename), and then before
+    /// the journal exists and before anything lands; a landing of one rename
+    /// needs no sync.
+    #[test]
+    fn a_landing_syncs_the_start_only_before_a_durable_journal() {
+        let globs = || crate::policy::Policy::embedded_default().path_globs();
+        for files in [&["one"][..], &["one", "two", "three"][..]] {
+            let state = tempfile::tempdir().unwrap();
+            let ws = tempfile::tempdir().unwrap();
+            let preview = preview_writing(state.path(), ws.path(), files);
+            let calls = std::cell::Cell::new(0);
+            let sync = || {
+                calls.set(calls.get() + 1);
+                assert!(
+                    !super::landing_begun(&preview.dir),
+                    "synced before the journal is written"
+                );
+                for f in files {
+                    assert!(!ws.path().join(f).exists(), "synced before anything lands");
+                }
+                Ok(())
+            };
+            let (_, landed) =
+                super::land_preview(state.path(), &owner(), &preview.dir, ws.path(), &globs, false, &sync).unwrap();
+            landed.done();
+            for f in files {
+                assert_eq!(std::fs::read(ws.path().join(f)).unwrap(), f.as_bytes(), "{f} landed");
+            }
+            assert_eq!(calls.get(), usize::from(files.len() > 1), "syncs for {files:?}");
+        }
+    }
+
+    /// If the start cannot be made durable, the landing does not begin:
+    /// nothing lands and no journal says it began.
+    #[test]
+    fn a_start_that_cannot_be_synced_lands_nothing() {
+        let globs = || crate::policy::Policy::embedded_default().path_globs();
+        let state = tempfile::tempdir().unwrap();
+        let ws = tempfile::tempdir().unwrap();
+        let preview = preview_writing(state.path(), ws.path(), &["one", "two"]);
+        let sync = || Err(std::io::Error::other("the disk is gone"));
+        let landed = super::land_preview(state.path(), &owner(), &preview.dir, ws.path(), &globs, false, &sync);
+        let e = landed.err().expect("refused");
+        assert!(e.to_string().contains("the disk is gone"), "{e}");
+        assert!(!ws.path().join("one").exists() && !ws.path().join("two").exists());
+        assert!(!super::landing_begun(&preview.dir));
+        assert!(preview.dir.join("upper/one").exists(), "the preview is kept");
     }
 }
