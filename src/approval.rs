@@ -1209,6 +1209,13 @@ impl ApprovalStore {
         load_held(&self.conn, id)
     }
 
+    /// The run that last began action `id` (the resume that spent its
+    /// approval), if one did: a preview landing's journal is finished only
+    /// for that run.
+    pub fn run_of(&self, id: &str) -> Result<Option<String>> {
+        Ok(load_action(&self.conn, id)?.run_id)
+    }
+
     /// The held standard input of an action.
     pub fn stdin(&self, id: &str) -> Result<Vec<u8>> {
         self.conn

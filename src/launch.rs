@@ -1329,7 +1329,15 @@ fn finish_landing_if_begun(
     let mut receipt = Receipt::new(action.bindings.policy_digest.clone());
     receipt.pending_id = Some(id.to_string());
     receipt.session = Some(action.session.clone());
-    let ended = match overlay::resume_preview_landing(state, id, &pr.dir) {
+    let run = match store.run_of(id) {
+        Ok(run) => run,
+        Err(e) => {
+            return Err(format!(
+                "tether-exec: cannot finish the interrupted landing of {id}'s preview: {e}"
+            ))
+        }
+    };
+    let ended = match overlay::resume_preview_landing(state, id, run.as_deref(), &pr.dir) {
         Ok(PendingLanding::None) => Ok(None),
         Ok(PendingLanding::Busy) => Err(format!(
             "tether-exec: another tether-exec is landing {id}'s approved preview right now; nothing was changed. Try again once it is done"

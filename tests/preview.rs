@@ -530,6 +530,36 @@ fn a_landing_whose_start_the_store_lost_is_given_up_once() {
     assert_eq!(action_state(&w, &id), "rejected");
 }
 
+/// A landing journal that names another run than the action's last on
+/// record (a power cut can keep a journal written without fsync and lose the
+/// start of the run that wrote it, while an earlier run of the action is on
+/// record) is given up once, unapplied: nothing of it lands, then or at any
+/// later start.
+#[test]
+fn a_landing_journal_of_a_run_the_store_does_not_have_is_given_up_unapplied() {
+    let (w, id) = approved_then_killed_at("after-journal");
+    assert!(
+        preview_dir(&w, &id).join("journal.json").exists(),
+        "control: the landing began"
+    );
+    let db = rusqlite::Connection::open(w.state.join("approvals.sqlite")).unwrap();
+    let changed = db
+        .execute("UPDATE actions SET run_id = 'run_earlier' WHERE id = ?1", [&id])
+        .unwrap();
+    assert_eq!(changed, 1);
+    drop(db);
+    for _ in 0..2 {
+        let o = w.tx(&["run", "--", "true"]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        assert!(!w.ws.join("rnd.bin").exists(), "nothing of it landed: {}", text(&o));
+        assert_eq!(std::fs::read_to_string(w.ws.join("notes.txt")).unwrap(), "one\ntwo\n");
+    }
+    let o = w.tx(&["resume", &id]);
+    assert!(!w.ws.join("rnd.bin").exists(), "nor at its resume: {}", text(&o));
+    let log = std::fs::read_to_string(w.state.join("audit/log.jsonl")).unwrap();
+    assert_eq!(log.matches("\"commit\"").count(), 0, "no landing on record");
+}
+
 /// Finishing an interrupted landing moves the workspace's generation on, as
 /// any landing does: approvals bound to the workspace before it are void.
 #[test]

@@ -800,15 +800,22 @@ pub enum PendingLanding {
     /// The rest could not be applied; the journal is set aside, so nothing
     /// retries it later unasked.
     Failed { error: WorkspaceError, run: String },
-    /// The journal does not name this action (an older build's, or another
-    /// action's): set aside unapplied, with why.
+    /// The journal does not name this action and its last run on record (an
+    /// older build's, another action's, or a run whose start the store lost):
+    /// set aside unapplied, with why.
     SetAside(String),
 }
 
 /// Finish the landing of a preview whose lander died after writing its
 /// journal (the steps left are applied; those done are skipped), if the
-/// journal names `id` as the action that began it.
-pub fn resume_preview_landing(state: &Path, id: &str, dir: &Path) -> Result<PendingLanding, WorkspaceError> {
+/// journal names `id` as the action that began it and `run` (the store's last
+/// run of it) as its run.
+pub fn resume_preview_landing(
+    state: &Path,
+    id: &str,
+    run: Option<&str>,
+    dir: &Path,
+) -> Result<PendingLanding, WorkspaceError> {
     let journal_path = dir.join(JOURNAL);
     if !journal_path.exists() {
         return Ok(PendingLanding::None);
@@ -843,6 +850,18 @@ pub fn resume_preview_landing(state: &Path, id: &str, dir: &Path) -> Result<Pend
             "its journal does not name {id} as the action that began it"
         )));
     };
+    // A journal of another run than the store's last (a power cut kept the
+    // journal, written without fsync, and lost the start of its run, while
+    // an earlier run of the action was on record): it is nobody's to finish,
+    // and finishing it would land it again at every start.
+    if run != Some(owner.run.as_str()) {
+        give_up_landing(dir, &link);
+        return Ok(PendingLanding::SetAside(format!(
+            "its journal names the run {}, but the last run of {id} on record is {}",
+            owner.run,
+            run.unwrap_or("none")
+        )));
+    }
     if let Err(error) = apply(dir, &journal) {
         give_up_landing(dir, &link);
         return Ok(PendingLanding::Failed { error, run: owner.run });
