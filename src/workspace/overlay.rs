@@ -1590,6 +1590,28 @@ fn strip_capture(dir: &Path, subtrees: &[&Path]) -> bool {
     true
 }
 
+/// Remove a capture or preview left as a landing leaves one (its upper layer
+/// emptied): its output files, then `upper`, overlayfs' `work/work`, `work`
+/// and itself, one call each, where walking it costs three calls a
+/// directory; and `rmdir` needs no access to the `work/work` that overlayfs
+/// leaves with mode 000, where a walk of it fails and access must first be
+/// granted. False, with whatever it removed gone, at the first thing that is
+/// not that layout (anything left in `upper`): the caller removes the rest.
+fn remove_emptied_layout(dir: &Path) -> bool {
+    // A link is not followed: it is removed whole, as itself.
+    if !std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir()) {
+        return false;
+    }
+    let gone = |r: std::io::Result<()>| r.is_ok() || r.is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound);
+    ["stdout", "stderr"]
+        .iter()
+        .all(|f| gone(std::fs::remove_file(dir.join(f))))
+        && ["upper", "work/work", "work"]
+            .iter()
+            .all(|d| gone(std::fs::remove_dir(dir.join(d))))
+        && gone(std::fs::remove_dir(dir))
+}
+
 /// Prefix of a capture that could not be removed and was set aside.
 const UNREMOVABLE: &str = "unremovable-";
 
@@ -1598,6 +1620,9 @@ const UNREMOVABLE: &str = "unremovable-";
 /// (`unremovable-<name>`, which no start looks at again) and its new path
 /// returned, so that no start trips over it, or says it removed it.
 fn remove_capture(dir: &Path) -> Option<PathBuf> {
+    if remove_emptied_layout(dir) {
+        return None;
+    }
     if std::fs::remove_dir_all(dir).is_err() {
         // overlayfs leaves `work/work` with mode 000: root removes it anyway,
         // its owner must give itself access first.
