@@ -93,12 +93,14 @@
 //! back. An fsync there would buy nothing, at 0.15–0.4 ms each. Two commits are
 //! made durable, because durable state outside the store depends on them:
 //! trusting a key (trust on first use must not pass to the next key after a
-//! crash), fsynced as it commits; and a resume's start, but only when the
-//! preview landing it begins writes a durable journal naming its run (several
-//! renames, or a copy across filesystems; [`ApprovalStore::make_commits_durable`]
-//! then syncs it before the journal). A landing of one rename is atomic and
-//! writes no durable journal: after a power cut, whatever of it survived is
-//! consistent and its action, bound to the old boot, cannot be resumed.
+//! crash), fsynced as it commits; and a resume's start
+//! ([`ApprovalStore::make_commits_durable`]), before an ordinary resume's
+//! command can have effects, and before a preview landing writes a durable
+//! journal naming its run (several renames, or a copy across filesystems). A
+//! landing of one rename is atomic and writes no durable journal: after a
+//! power cut, whatever of it survived is consistent, its action, bound to the
+//! old boot, cannot be resumed, and a journal that survived its run's start
+//! is given up, not finished.
 //! Before a sync the WAL's own name is made durable, once per WAL file
 //! (`state::make_wal_name_durable`: the bundled SQLite no longer syncs the
 //! directory in every process).
@@ -1030,10 +1032,20 @@ impl ApprovalStore {
         Transaction::new_unchecked(&self.conn, TransactionBehavior::Immediate).db(context)
     }
 
+    /// The database file SQLite has open: `path` with any link resolved,
+    /// which is where SQLite keeps the WAL.
+    fn db_file(&self) -> PathBuf {
+        self.conn
+            .path()
+            .filter(|p| !p.is_empty())
+            .map_or_else(|| self.path.clone(), PathBuf::from)
+    }
+
     fn make_wal_name_durable(&self) -> Result<()> {
-        crate::state::make_wal_name_durable(&self.path).map_err(|source| ApprovalError::Io {
+        let db = self.db_file();
+        crate::state::make_wal_name_durable(&db).map_err(|source| ApprovalError::Io {
             action: "sync the directory holding",
-            path: self.path.clone(),
+            path: db,
             source,
         })
     }
@@ -1050,7 +1062,7 @@ impl ApprovalStore {
     pub fn make_commits_durable(&self) -> Result<()> {
         self.make_wal_name_durable()?;
         let wal = {
-            let mut p = self.path.as_os_str().to_owned();
+            let mut p = self.db_file().into_os_string();
             p.push("-wal");
             PathBuf::from(p)
         };

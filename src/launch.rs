@@ -1155,6 +1155,12 @@ pub fn resume(id: &str, state: &Path) -> Finished {
                     state,
                     &store,
                 );
+                if let PreviewLanding::NothingLanded = landed {
+                    // The ticket is dropped unfinished: the action reads as
+                    // interrupted, and a fresh approval lands the preview.
+                    done.stderr.splice(0..0, recovered);
+                    return done;
+                }
                 let result = RecordedResult {
                     exit_code: done.receipt.exit_code,
                     signal: None,
@@ -1164,7 +1170,7 @@ pub fn resume(id: &str, state: &Path) -> Finished {
                 };
                 match store.finish(ticket, &result) {
                     Ok(()) => {
-                        if let Some(l) = landed {
+                        if let PreviewLanding::Landed(l) = landed {
                             l.done();
                         }
                     }
@@ -1184,6 +1190,16 @@ pub fn resume(id: &str, state: &Path) -> Finished {
                     "tether-exec: internal error: no plan for the run".to_string(),
                 );
             };
+            // The command's effects are its own, beyond any journal: its start
+            // is on disk before it can have any. Failing that, the ticket is
+            // dropped unfinished (the action reads as interrupted).
+            if let Err(e) = store.make_commits_durable() {
+                return Finished::new(
+                    exit::INTERNAL,
+                    receipt,
+                    format!("tether-exec: cannot put the start of {id} on disk, so nothing runs: {e}"),
+                );
+            }
             let stdin = ticket.stdin().to_vec();
             let mut done = execute(
                 &plan,
@@ -1231,17 +1247,22 @@ fn land_preview(
     run_id: &str,
     state: &Path,
     store: &ApprovalStore,
-) -> (Finished, Option<LandedPreview>) {
+) -> (Finished, PreviewLanding) {
     let out = std::fs::read(pr.dir.join("stdout")).unwrap_or_default();
     let err = std::fs::read(pr.dir.join("stderr")).unwrap_or_default();
     let mut stderr = Vec::new();
     let drop = policy.on_violation() == crate::policy::OnViolation::Drop;
-    let mut landed = None;
+    let mut landed = PreviewLanding::Failed;
     let owner = crate::workspace::overlay::LandingOwner {
         action: id.to_string(),
         run: run_id.to_string(),
     };
-    let make_start_durable = || store.make_commits_durable().map_err(std::io::Error::other);
+    let make_start_durable = || {
+        if cfg!(debug_assertions) && std::env::var("TETHER_EXEC_TEST_FAIL_AT").is_ok_and(|v| v == "start-sync") {
+            return Err(std::io::Error::other("the test hook failed the sync"));
+        }
+        store.make_commits_durable().map_err(std::io::Error::other)
+    };
     let code = match crate::workspace::overlay::land_preview(
         state,
         &owner,
@@ -1252,12 +1273,40 @@ fn land_preview(
         &make_start_durable,
     ) {
         Ok((o, l)) => {
-            landed = Some(l);
+            landed = PreviewLanding::Landed(l);
             record_outcome(o, &mut receipt, &mut stderr, pr.exit_code)
+        }
+        Err(e) if !crate::workspace::overlay::landing_set_aside(&pr.dir) => {
+            // Failed before its journal (the start could not be synced, say):
+            // the workspace is as it was, and the run is left unfinished, so
+            // the action reads as interrupted and a fresh approval lands the
+            // same preview.
+            receipt.exit_code = Some(exit::INTERNAL);
+            receipt.error = Some(e.to_string());
+            let mut rec = AuditEntry::new(EntryKind::SetupFailure);
+            rec.session = Some(session.to_string());
+            rec.approval_id = Some(id.to_string());
+            rec.policy_digest = Some(receipt.policy_digest.clone());
+            rec.exit_code = Some(exit::INTERNAL);
+            rec.detail = Some(format!(
+                "the approved preview {} could not be landed; nothing of it landed: {e}",
+                pr.digest
+            ));
+            if let Ok(seq) = log.append(rec) {
+                receipt.audit_seq = Some(seq);
+            }
+            let why = format!(
+                "tether-exec: could not land the preview: {e}\nnothing of it landed; the preview is kept in {}, and `tether-exec approve {id}` then `tether-exec resume {id}` land it",
+                pr.dir.display()
+            );
+            return (
+                Finished::new(exit::INTERNAL, receipt, why),
+                PreviewLanding::NothingLanded,
+            );
         }
         Err(e) => {
             stderr.push(format!(
-                "tether-exec: could not land the preview: {e}. What landed of it stays; the preview is kept in {}, and nothing will retry it",
+                "tether-exec: could not land the preview: {e}\nwhat landed of it stays; the preview is kept in {}, and nothing will retry it",
                 pr.dir.display()
             ));
             exit::INTERNAL
@@ -1284,6 +1333,16 @@ fn land_preview(
         hold_init: None,
     };
     (done, landed)
+}
+
+/// How a resume's landing of a preview ended.
+enum PreviewLanding {
+    /// Landed; the preview goes once the result is on record.
+    Landed(LandedPreview),
+    /// Failed after its journal: what landed stays, the journal is set aside.
+    Failed,
+    /// Failed before anything landed: the run is left unfinished.
+    NothingLanded,
 }
 
 /// Finish the landing of `action`'s approved preview if a launcher began it

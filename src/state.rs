@@ -194,8 +194,8 @@ pub fn env_instance_id(state_dir: &std::path::Path, workspace: &std::path::Path)
 /// the directory. The bundled SQLite is built with `SQLITE_DISABLE_DIRSYNC`
 /// (`.cargo/config.toml`): otherwise every process fsyncs the directory the
 /// first time it syncs the WAL, because it opened it with `O_CREAT` and
-/// cannot tell whether it made it; one more fsync in every resume (0.2 to
-/// 2 ms here). Here the directory is synced once per WAL file: after the
+/// cannot tell whether it made it; one more fsync in every durable commit
+/// (0.2 to 2 ms here). Here the directory is synced once per WAL file: after the
 /// sync, `<db>-wal.synced` is made a hard link to the WAL, and while the WAL
 /// is still that file (same device and inode), nothing is synced again. The
 /// link keeps the inode alive, so a WAL made since (first use, another

@@ -293,6 +293,23 @@ fn a_started_resume_can_be_made_durable() {
     assert_eq!(fx.raw_state(&held.id), "running");
 }
 
+/// Through a linked database file, the sync finds the WAL SQLite keeps
+/// beside the file itself.
+#[test]
+fn a_linked_store_is_made_durable_at_its_own_wal() {
+    let dir = tempfile::tempdir().unwrap();
+    let (real, state) = (dir.path().join("real"), dir.path().join("state"));
+    std::fs::create_dir_all(&real).unwrap();
+    std::fs::create_dir_all(&state).unwrap();
+    drop(ApprovalStore::open(&real).unwrap());
+    std::os::unix::fs::symlink(real.join(DB_FILE_NAME), state.join(DB_FILE_NAME)).unwrap();
+    let store = ApprovalStore::open(&state).unwrap();
+    store.hold(request(None)).unwrap();
+    store.make_commits_durable().unwrap();
+    assert!(real.join(format!("{DB_FILE_NAME}-wal.synced")).exists());
+    assert!(!state.join(format!("{DB_FILE_NAME}-wal")).exists());
+}
+
 #[test]
 fn reject_is_final() {
     let fx = Fx::new();

@@ -560,6 +560,41 @@ fn a_landing_journal_of_a_run_the_store_does_not_have_is_given_up_unapplied() {
     assert_eq!(log.matches("\"commit\"").count(), 0, "no landing on record");
 }
 
+/// A resume whose start cannot be put on disk before a landing of several
+/// files lands nothing: the workspace is as it was, the preview is kept, the
+/// action reads as interrupted, and a fresh approval lands the preview.
+#[test]
+fn a_landing_whose_start_cannot_be_synced_lands_nothing_until_approved_again() {
+    let w = World::new();
+    let (id, _) = hold(&w, POLICY);
+    assert!(w.tx(&["approve", &id]).status.success());
+    let o = w
+        .command(&["resume", &id])
+        .env("TETHER_EXEC_APPROVER_KEY", w.outside.join("approver.key"))
+        .env("TETHER_EXEC_TEST_FAIL_AT", "start-sync")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(125), "{}", text(&o));
+    assert!(text(&o).contains("nothing of it landed"), "{}", text(&o));
+    assert!(!w.ws.join("rnd.bin").exists());
+    assert_eq!(std::fs::read_to_string(w.ws.join("notes.txt")).unwrap(), "one\ntwo\n");
+    assert!(
+        preview_dir(&w, &id).join("upper/rnd.bin").exists(),
+        "the preview is kept"
+    );
+    let o = w.tx(&["resume", &id]);
+    assert_ne!(o.status.code(), Some(0), "not without a fresh approval: {}", text(&o));
+    assert!(!w.ws.join("rnd.bin").exists());
+    assert!(w.tx(&["approve", &id]).status.success());
+    let o = w.tx(&["resume", &id]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(w.ws.join("rnd.bin").exists(), "landed once approved again");
+    assert_eq!(
+        std::fs::read_to_string(w.ws.join("notes.txt")).unwrap(),
+        "one\nCHANGED\n"
+    );
+}
+
 /// Finishing an interrupted landing moves the workspace's generation on, as
 /// any landing does: approvals bound to the workspace before it are void.
 #[test]

@@ -733,6 +733,13 @@ fn give_up_landing(dir: &Path, link: &Path) {
     let _ = std::fs::remove_file(link);
 }
 
+/// Whether a landing of the preview in `dir` began and was given up (its
+/// journal set aside): then part of it may have landed. After a failed
+/// [`land_preview`], false means it failed before anything landed.
+pub fn landing_set_aside(dir: &Path) -> bool {
+    dir.join(FAILED_JOURNAL).exists()
+}
+
 /// Land a kept preview exactly as captured (nothing runs). Always through a
 /// journal, even a single rename or nothing at all: its presence is how a
 /// later start knows the landing had begun.
@@ -1304,7 +1311,10 @@ impl Planner<'_> {
 /// before any step, so that a power cut midway leaves a journal to finish
 /// the commit from. Not needed when the steps are one rename, which a power
 /// cut leaves done or not done: the journal then only has to outlive a
-/// killed process, and the page cache does that.
+/// killed process, and the page cache does that. A power cut may still keep
+/// such a journal and lose what the store knew of the run that wrote it: a
+/// preview's journal is finished only for the run the store has
+/// ([`resume_preview_landing`]).
 fn write_journal(dir: &Path, j: &Journal, durable: bool) -> Result<(), WorkspaceError> {
     let tmp = dir.join("journal.tmp");
     let path = dir.join(JOURNAL);
