@@ -114,6 +114,19 @@ const TABLE: &[(&str, Verdict)] = &[
     ("cat file | sort | uniq -c | sort -rn | head", A),
     ("(( i = 1 + 2 ))", A),
     ("echo ${HOME:-/tmp}", A),
+    // --- a function counts only from where it is surely defined (not in a subshell, branch,
+    // pipeline, after && or ||, in the background or in another function), so that a program
+    // of the same name run before or beside it is judged as that program ---------------------
+    ("perl -e 'unlink \"x\"'; perl() { :; }", Q),
+    ("(perl() { :; }); perl -e 1", Q),
+    ("if false; then perl() { :; }; fi; perl -e 1", Q),
+    ("true && perl() { :; }; perl -e 1", Q),
+    ("perl() { :; } | cat; perl -e 1", Q),
+    ("perl() { :; } & perl -e 1", Q),
+    ("bash -c 'perl() { :; }'; perl -e 1", Q),
+    ("f() { perl() { :; }; }; perl -e 1", Q),
+    ("g() { ls; }; if true; then g; fi", A),
+    ("h() { ls; }; h | wc -l", A),
     // --- chaining and nesting: a denied or held fragment anywhere ---------------------------
     ("git status; rm -rf ~", Q),
     ("ls && curl evil.sh", D),
@@ -388,5 +401,126 @@ fn writable_globs_apply_to_redirects() {
             .unwrap()
             .decision,
         A
+    );
+}
+
+/// A policy that allows every command but the ones it names, as many agents
+/// are run: every unnamed program is allowed, so each trick that hides a
+/// named one from the gate would run it. Found by a red-team pass over the
+/// gate; each row ran its command on bash 5.2 before the fix.
+const DEFAULT_ALLOW: &str = r#"
+version = 1
+default = "allow"
+deny = ["rm", "curl"]
+require_approval_for = ["git push", "touch"]
+"#;
+
+/// (script, expected verdict) under `DEFAULT_ALLOW`.
+const DEFAULT_ALLOW_TABLE: &[(&str, Verdict)] = &[
+    // --- a wrapper or shell reached by a path that is not spelled as its system one ----------
+    ("/usr/bin/../bin/env rm victim", D),
+    ("//bin/sh -c 'rm victim'", D),
+    ("/usr//bin/timeout 5 rm victim", D),
+    ("/usr/bin/./nice rm victim", D),
+    ("/usr/bin/../bin/xargs rm <<< victim", D),
+    ("/usr/bin/../bin/find /usr/bin -name rm -exec rm victim \\;", D),
+    ("/usr/bin/../bin/bash -s <<< 'rm victim'", Q),
+    ("cd /usr/bin && ./env rm /tmp/victim", D),
+    ("/usr/bin/../bin/git -C . push origin main", Q),
+    ("/usr/local/libexec/git-core/git -C . push origin main", Q),
+    ("/usr/bin/../bin/env git push origin main", Q),
+    ("/usr/lib/git-core/git-push origin main", Q),
+    // --- `time --`: the parser's program is bash's end of options -----------------------------
+    ("time -- rm victim", D),
+    ("time -p -- git push origin main", Q),
+    ("bash -c 'time -- rm victim'", D),
+    // --- a NUL in $'...', where bash cuts the word --------------------------------------------
+    ("$'rm\\0' victim", Q),
+    ("env $'rm\\0' victim", Q),
+    ("$'bash\\0' -c 'rm victim'", Q),
+    // --- braces and globs with quotes inside, expanded by bash as one word ---------------------
+    ("{\"rm\",victim}", Q),
+    ("{rm,victi\\m}", Q),
+    ("/bin/r[m\"x\"] victim", Q),
+    ("git {\"push\",} origin main", Q),
+    // --- `((` that bash runs as nested subshells ----------------------------------------------
+    ("((rm victim) )", Q),
+    ("(( rm victim ) )", Q),
+    // --- text bash evaluates as a subscript, substitutions included ---------------------------
+    ("x='a[$(rm victim)]'; echo $((x))", Q),
+    ("a=(1); unset 'a[$(rm victim)]'", Q),
+    ("printf -v 'a[$(rm victim)]' x", Q),
+    ("read 'a[$(rm victim)]' <<< x", Q),
+    ("[[ -v 'a[$(rm victim)]' ]]", Q),
+    ("declare 'a[$(rm victim)]=1'", Q),
+    ("x='$(rm victim)'; echo ${x@P}", Q),
+    // --- built-ins that run code from an option, or move assignments ---------------------------
+    ("mapfile -C 'rm victim' -c 1 <<< x", Q),
+    ("readarray -C 'rm victim' -c 1 <<< x", Q),
+    ("compgen -C 'rm victim' x", Q),
+    ("declare -n p=PATH; p=$PWD/bin; ls", Q),
+    // --- the shell's own command and alias tables ---------------------------------------------
+    ("BASH_CMDS[ls]=/bin/rm; ls victim", Q),
+    ("printf -v 'BASH_CMDS[ls]' /bin/rm; ls victim", Q),
+    ("read 'BASH_CMDS[ls]' <<< /bin/rm; ls victim", Q),
+    ("shopt -s expand_aliases; BASH_ALIASES[ls]='rm victim #'", Q),
+    ("unset PATH; : ${PATH:=/tmp}; ls", Q),
+    // --- a shell reading its script from a stream ---------------------------------------------
+    ("echo 'rm victim' | bash /dev/stdin", Q),
+    ("exec 3<<<'rm victim'; bash /dev/fd/3", Q),
+    ("bash /proc/self/fd/0 <<< 'rm victim'", Q),
+    ("sh /proc/12/fd/3", Q),
+    // --- a program or script that find or xargs fills in --------------------------------------
+    ("find /usr/bin -name rm -exec {} victim \\;", Q),
+    ("echo 'rm victim' | xargs -I{} sh -c {}", Q),
+    ("find . -name x -exec sh -c {} \\;", Q),
+    ("echo 'rm victim' | xargs -d '\\n' -I% bash -c %", Q),
+    ("echo victim | xargs -I% % x", Q),
+    ("exec 3</bin/rm; /proc/self/fd/3 victim", Q),
+    ("/dev/fd/3 victim", Q),
+    // --- programs that run a program from their arguments --------------------------------------
+    ("taskset 1 rm victim", Q),
+    ("flock /tmp/lk rm victim", Q),
+    ("setpriv rm victim", Q),
+    ("tar -cf x.tar --checkpoint=1 --checkpoint-action=exec='rm victim' .", Q),
+    // --- still allowed: everyday commands these rules must not catch ---------------------------
+    ("ls -la", A),
+    ("bash -lc 'cargo test'", A),
+    ("time -p ls", A),
+    ("/usr/bin/env python3 x.py", A),
+    ("git status", A),
+    ("echo 'a[1]'", A),
+    ("x=$((1 + 2)); echo $x", A),
+    ("((i++))", A),
+    ("(( (1 + 2) * 3 ))", A),
+    ("find . -name '*.py' -exec ls {} \\;", A),
+    ("echo {a,b}.txt", A),
+    ("ls *.py", A),
+    ("bash scripts/ci.sh", A),
+    ("tar -czf out.tgz src", A),
+    ("printf -v x '%s' y", A),
+    ("read -r line < file", A),
+    ("mapfile -t lines < file", A),
+];
+
+#[test]
+fn default_allow_table() {
+    let p = Policy::new(
+        vec![Layer::parse(DEFAULT_ALLOW, "allow.toml", Format::Toml).unwrap()],
+        vec![],
+    );
+    let mut failures = Vec::new();
+    for (script, want) in DEFAULT_ALLOW_TABLE {
+        let d = decide(&p, Input::Script(script), &ctx()).expect("decides");
+        if d.decision != *want {
+            failures.push(format!("{script:?}: want {want}, got {} — {}", d.decision, d.summary()));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} rows wrong:\n{}",
+        failures.len(),
+        DEFAULT_ALLOW_TABLE.len(),
+        failures.join("\n")
     );
 }

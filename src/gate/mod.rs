@@ -11,6 +11,28 @@
 //! before running (a variable, a substitution, a glob) never satisfies an
 //! allow rule, and where a deny or ask rule expects a word it counts as a
 //! possible match, which asks. This module is pure: no I/O, no clock.
+//!
+//! A program is seen through by its file name wherever it lives
+//! (`/usr/bin/../bin/env` is `env`, `/usr/lib/git-core/git-push` is `git
+//! push`); allow rules still match only the name as written, or a system
+//! one. A function counts from where the main script surely defines it, so
+//! that a program of its name run before or beside the definition is judged
+//! as that program.
+//!
+//! # What the gate does not see
+//!
+//! The gate judges what the command line names; the sandbox confines what
+//! runs. Beyond the command line, and so not judged:
+//! - programs that do a named program's work by other means (`find
+//!   -delete`, `python3 -c 'os.remove(...)'`), or a named program under
+//!   another name (`ln -s /bin/rm x; ./x`): rules name commands;
+//! - the contents of a script file a shell runs (`bash build.sh`), judged by
+//!   the rules for the shell as any program is by its own;
+//! - startup files a login shell reads (`bash -l` reads `~/.profile`, and
+//!   `HOME` is the workspace), and git's configuration in the workspace
+//!   (`~/.gitconfig`, `~/.config/git/config`: aliases, `core.fsmonitor`);
+//! - values read at run time and then evaluated (a variable read from a
+//!   file and used in arithmetic); literal ones are (`x='a[$(cmd)]'` asks).
 
 pub mod normalize;
 pub mod parse;
@@ -175,15 +197,9 @@ pub fn decide(policy: &Policy, input: Input<'_>, ctx: &Context) -> Result<Decisi
             })]
         }
     };
-    let functions = units
-        .iter()
-        .filter_map(|u| match u {
-            Unit::Function(name) => Some(name.clone()),
-            _ => None,
-        })
-        .collect();
+    // Functions count from their definition on, as the units come in order.
     let mut g = Gate {
-        functions,
+        functions: Vec::new(),
         policy,
         globs: std::cell::OnceCell::new(),
         ctx,
@@ -402,6 +418,8 @@ impl Gate<'_> {
     /// Judge an argv, seeing through wrappers.
     fn argv(&mut self, mut words: Vec<Word>, cwd: &Cwd, depth: usize, here_input: bool, queue: &mut VecDeque<Unit>) {
         let mut via: Vec<String> = Vec::new();
+        // What an `xargs -I R` around this command replaces with its input.
+        let mut filled_in_by_xargs: Option<String> = None;
         loop {
             let shown = words_text(&words);
             let first = match &words[0] {
@@ -419,7 +437,46 @@ impl Gate<'_> {
                     return;
                 }
             };
-            let prog = normalize::program(&first);
+            // `time -- cmd`: the parser hands bash's `--` after the `time`
+            // keyword over as the program; bash runs what follows.
+            if first == "--" {
+                words.remove(0);
+                if words.is_empty() {
+                    return;
+                }
+                continue;
+            }
+            let filled_in = filled_in_by_xargs
+                .as_deref()
+                .is_some_and(|r| !r.is_empty() && first.contains(r));
+            if first.starts_with('-') || first.contains("{}") || filled_in || normalize::reads_a_stream(&first) {
+                self.push(
+                    shown,
+                    Verdict::Ask,
+                    format!("the program name `{first}` is not one bash runs as written (an option, a name filled in at run time, or an open descriptor)"),
+                    "parser",
+                );
+                return;
+            }
+            let mut prog = normalize::program(&first);
+            // `/usr/lib/git-core/git-push` is `git push`.
+            if let Some(sub) = prog
+                .base
+                .strip_prefix("git-")
+                .filter(|s| !s.is_empty() && first.contains('/'))
+            {
+                let sub = sub.to_string();
+                words.splice(0..1, [Word::Lit("git".into()), Word::Lit(sub)]);
+                prog = normalize::Program {
+                    name: first.clone(),
+                    base: "git".into(),
+                };
+            }
+            // What the program is, for seeing through it: its file name
+            // wherever it lives (`/usr/bin/../bin/env` is still `env`; a
+            // look-alike elsewhere is judged as itself too, by its own
+            // name). Built-ins have no path, so only their bare name counts.
+            let role = prog.base.clone();
             if let Some((_, why)) = OPAQUE_BUILTINS.iter().find(|(n, _)| *n == prog.name) {
                 // An explicit deny still wins; otherwise ask. Literal code given
                 // to eval/trap is judged too, so a denied command in it denies.
@@ -474,6 +531,11 @@ impl Gate<'_> {
                     );
                 }
             }
+            if let Some(why) = normalize::runs_code_from_an_option(&prog.name, &words) {
+                self.rules_only(&prog, &words, &shown);
+                self.push(shown, Verdict::Ask, format!("not understood: {why}"), "parser");
+                return;
+            }
             if prog.name == "hash" && words.iter().any(|w| w.lit() == Some("-p")) {
                 self.push(
                     shown,
@@ -483,7 +545,7 @@ impl Gate<'_> {
                 );
                 return;
             }
-            if here_input && normalize::is_interpreter(&prog.name) {
+            if here_input && normalize::is_interpreter(&role) {
                 self.push(
                     shown.clone(),
                     Verdict::Ask,
@@ -491,7 +553,10 @@ impl Gate<'_> {
                     "parser",
                 );
             }
-            match normalize::unwrap(&prog.name, &words) {
+            if role == "xargs" {
+                filled_in_by_xargs = normalize::xargs_replace_string(&words);
+            }
+            match normalize::unwrap(&role, &words) {
                 Unwrapped::Final => {}
                 Unwrapped::Ask(why) => {
                     self.rules_only(&prog, &words, &shown);
@@ -520,7 +585,22 @@ impl Gate<'_> {
                 }
                 Unwrapped::Script { index } => {
                     self.rules_only(&prog, &words, &shown);
+                    let filled_in = |script: &str| {
+                        script.trim() == "{}"
+                            || filled_in_by_xargs
+                                .as_deref()
+                                .is_some_and(|r| !r.is_empty() && script.contains(r))
+                    };
                     match &words[index] {
+                        Word::Lit(script) if filled_in(script) => self.push(
+                            shown,
+                            Verdict::Ask,
+                            format!(
+                                "`{} -c` runs a script that find or xargs fills in at run time",
+                                prog.name
+                            ),
+                            "parser",
+                        ),
                         Word::Lit(script) => {
                             let mut units = Vec::new();
                             parse::parse_nested(script, depth + 1, cwd, &mut units);
@@ -558,7 +638,7 @@ impl Gate<'_> {
                 }
             }
             // Programs that run other programs from their arguments.
-            if prog.name == "find" {
+            if role == "find" {
                 for (a, b) in normalize::find_exec_ranges(&words) {
                     if a < b {
                         queue.push_back(Unit::Command(Simple {
@@ -572,7 +652,7 @@ impl Gate<'_> {
                 }
             }
             let mut argv = words.clone();
-            if prog.name == "git" {
+            if role == "git" {
                 match normalize::git_subcommand(&words) {
                     Ok(i) => {
                         argv = std::iter::once(Word::Lit("git".into()))

@@ -429,6 +429,10 @@ pub fn unwrap(prog: &str, words: &[Word]) -> Unwrapped {
             Err(e) => Unwrapped::Ask(e),
         },
         _ if SHELLS.contains(&prog) => shell(prog, words),
+        "tar" if tar_runs_a_program(words) => Unwrapped::Ask("`tar` is given an option that runs a program".into()),
+        _ if UNPARSED_EXEC_WRAPPERS.contains(&prog) => Unwrapped::Ask(format!(
+            "`{prog}` can run a program given in its arguments, and the gate does not parse its options"
+        )),
         _ => Unwrapped::Final,
     }
 }
@@ -480,10 +484,145 @@ fn shell(prog: &str, words: &[Word]) -> Unwrapped {
         };
     }
     if i < words.len() {
-        Unwrapped::Final // runs a script file; the rules for the shell decide
+        // A script read from a pipe or descriptor is code fed on stdin, as
+        // `bash -s` is: nothing the gate can read.
+        match lit(words, i) {
+            Some(f) if reads_a_stream(f) => Unwrapped::Ask(format!(
+                "`{prog} {f}` runs commands it reads from a stream the gate cannot see"
+            )),
+            _ => Unwrapped::Final, // runs a script file; the rules for the shell decide
+        }
     } else {
         Unwrapped::Ask(format!("`{prog}` without a script reads commands from standard input"))
     }
+}
+
+/// A path that names a stream rather than a file: standard input, an open
+/// descriptor (`/dev/fd/3`, `/proc/self/fd/0`, `/proc/1234/fd/3`).
+pub fn reads_a_stream(path: &str) -> bool {
+    let path = path.trim_end_matches('/');
+    if matches!(path, "/dev/stdin" | "/dev/tty" | "/dev/tcp" | "/dev/udp") || path.starts_with("/dev/fd/") {
+        return true;
+    }
+    let Some(rest) = path.strip_prefix("/proc/") else {
+        return path.starts_with("/dev/tcp/") || path.starts_with("/dev/udp/");
+    };
+    let mut parts = rest.split('/');
+    let (Some(pid), Some(fd)) = (parts.next(), parts.next()) else {
+        return false;
+    };
+    (pid == "self" || pid == "thread-self" || pid.chars().all(|c| c.is_ascii_digit())) && fd == "fd"
+}
+
+/// Programs that run another program given in their arguments, whose
+/// options the gate does not parse: what they run is not understood, so
+/// they ask (a deny rule naming the program itself still denies).
+pub const UNPARSED_EXEC_WRAPPERS: &[&str] = &[
+    "taskset",
+    "flock",
+    "prlimit",
+    "setarch",
+    "linux32",
+    "linux64",
+    "setpriv",
+    "unshare",
+    "nsenter",
+    "chrt",
+    "fakeroot",
+    "fakechroot",
+    "valgrind",
+    "strace",
+    "ltrace",
+    "gdb",
+    "ssh-agent",
+    "dbus-run-session",
+    "dbus-launch",
+    "sg",
+    "newgrp",
+    "su",
+    "runuser",
+    "script",
+    "chroot",
+    "busybox",
+    "numactl",
+    "cgexec",
+    "systemd-run",
+    "firejail",
+    "bwrap",
+    "proot",
+    "torsocks",
+    "proxychains",
+    "proxychains4",
+    "faketime",
+    "catchsegv",
+    "expect",
+    "parallel",
+    "entr",
+    "pkexec",
+    "sudoedit",
+    "vim",
+    "vi",
+    "nvim",
+    "ex",
+    "emacs",
+];
+
+/// `tar` options that make it run a program.
+fn tar_runs_a_program(words: &[Word]) -> bool {
+    words.iter().skip(1).filter_map(Word::lit).any(|w| {
+        [
+            "--checkpoint-action",
+            "--to-command",
+            "--use-compress-program",
+            "--info-script",
+            "--new-volume-script",
+            "--rsh-command",
+        ]
+        .iter()
+        .any(|o| w.starts_with(o))
+            || w == "-I"
+            || w == "-F"
+    })
+}
+
+/// Built-ins given an option that runs text as code or makes later
+/// assignments land somewhere else: `mapfile -C CALLBACK`, `compgen -C CMD`
+/// / `-F FUNC`, `complete -C` / `-F`, and a name reference (`declare -n`),
+/// through which an assignment reaches a variable the gate never sees named.
+pub fn runs_code_from_an_option(prog: &str, words: &[Word]) -> Option<String> {
+    let options = || {
+        words
+            .iter()
+            .skip(1)
+            .filter_map(Word::lit)
+            .filter(|w| w.starts_with('-') && w.len() > 1)
+    };
+    let has = |letters: &[char]| options().any(|w| !w.starts_with("--") && w[1..].contains(letters));
+    match prog {
+        "mapfile" | "readarray" if has(&['C']) => Some(format!("`{prog} -C` runs a callback as code")),
+        "compgen" | "complete" if has(&['C', 'F']) => Some(format!("`{prog} -C`/`-F` runs a command or function")),
+        "declare" | "typeset" | "local" if has(&['n']) => Some(format!(
+            "`{prog} -n` makes a name reference, through which assignments reach a variable never named"
+        )),
+        _ => None,
+    }
+}
+
+/// The text `xargs` replaces with each input item in the command it runs
+/// (`-I R`, `-IR`, `--replace=R`; `-i` and `--replace` mean `{}`).
+pub fn xargs_replace_string(words: &[Word]) -> Option<String> {
+    let args: Vec<&str> = words.iter().skip(1).map_while(Word::lit).collect();
+    for (i, w) in args.iter().enumerate() {
+        match *w {
+            "-I" => return args.get(i + 1).map(|r| r.to_string()),
+            "-i" | "--replace" => return Some("{}".into()),
+            _ if w.starts_with("--replace=") => return Some(w["--replace=".len()..].to_string()),
+            _ if w.starts_with("-I") => return Some(w[2..].to_string()),
+            _ if w.starts_with("-i") && !w.starts_with("--") => return Some(w[2..].to_string()),
+            _ => {}
+        }
+    }
+    None
 }
 
 /// `git` global options: returns the index of the subcommand, or an ask reason

@@ -100,7 +100,11 @@ pub enum Unit {
         what: String,
         text: String,
     },
-    /// A function defined by the script; calls to it run its (separately judged) body.
+    /// A function the main script surely defines at this point: at its top
+    /// level, not in a subshell, a branch, a loop, a pipeline, after `&&` or
+    /// `||`, or another function's body. Calls after it run its (separately
+    /// judged) body; a call before it, or to a function that may not exist,
+    /// runs the program of that name.
     Function(String),
     /// A shell variable assigned in a way that changes what later commands run
     /// (`for PATH in ...`, `read PATH`): at least `ask`.
@@ -129,13 +133,19 @@ pub fn parse_script(script: &str) -> Result<Vec<Unit>, GateInputError> {
     if script.len() > MAX_SCRIPT_BYTES {
         return Err(GateInputError::TooLarge(script.len()));
     }
-    let mut w = Walker { units: Vec::new() };
+    let mut w = Walker {
+        units: Vec::new(),
+        uncertain: 0,
+    };
     w.script(script, 0, &mut Cwd::Known(String::new()));
     Ok(w.units)
 }
 
 struct Walker {
     units: Vec<Unit>,
+    /// How many constructs around this point may not run, or run in a
+    /// subshell: a function defined inside one is not surely defined after.
+    uncertain: usize,
 }
 
 impl Walker {
@@ -172,20 +182,33 @@ impl Walker {
 
     fn compound_list(&mut self, list: &ast::CompoundList, depth: usize, cwd: &mut Cwd) {
         for item in &list.0 {
-            let ast::CompoundListItem(and_or, _sep) = item;
+            let ast::CompoundListItem(and_or, sep) = item;
+            // `cmd &` runs in a subshell of its own.
+            let background = matches!(sep, ast::SeparatorOperator::Async);
+            self.uncertain += usize::from(background);
             self.pipeline(&and_or.first, depth, cwd);
+            self.uncertain += 1;
             for next in &and_or.additional {
                 match next {
                     ast::AndOr::And(p) | ast::AndOr::Or(p) => self.pipeline(p, depth, cwd),
                 }
             }
+            self.uncertain -= 1 + usize::from(background);
         }
+    }
+
+    /// Walk `f` as code that may not run, or runs in a subshell.
+    fn uncertainly(&mut self, f: impl FnOnce(&mut Self)) {
+        self.uncertain += 1;
+        f(self);
+        self.uncertain -= 1;
     }
 
     fn pipeline(&mut self, p: &ast::Pipeline, depth: usize, cwd: &mut Cwd) {
         // Each element of a multi-command pipeline runs in a subshell: a `cd`
         // there does not move the others.
         let multi = p.seq.len() > 1;
+        self.uncertain += usize::from(multi);
         for cmd in &p.seq {
             if multi {
                 let mut own = cwd.clone();
@@ -194,6 +217,7 @@ impl Walker {
                 self.command(cmd, depth, cwd);
             }
         }
+        self.uncertain -= usize::from(multi);
     }
 
     fn command(&mut self, c: &ast::Command, depth: usize, cwd: &mut Cwd) {
@@ -207,14 +231,18 @@ impl Walker {
                 }
             }
             ast::Command::Function(f) => {
-                self.units.push(Unit::Function(f.fname.value.clone()));
+                if depth == 0 && self.uncertain == 0 {
+                    self.units.push(Unit::Function(f.fname.value.clone()));
+                }
                 // The body runs whenever the function is called; judge it as if it ran.
                 let mut own = cwd.clone();
-                self.compound(&f.body.0, depth, &mut own);
-                if let Some(r) = &f.body.1 {
-                    let redirects = self.redirects(&r.0, depth, &own);
-                    self.bare_redirects(redirects, depth, &own);
-                }
+                self.uncertainly(|w| {
+                    w.compound(&f.body.0, depth, &mut own);
+                    if let Some(r) = &f.body.1 {
+                        let redirects = w.redirects(&r.0, depth, &own);
+                        w.bare_redirects(redirects, depth, &own);
+                    }
+                });
             }
             ast::Command::ExtendedTest(t, redirects) => {
                 self.extended_test(&t.expr, depth, cwd);
@@ -258,6 +286,15 @@ impl Walker {
     }
 
     fn compound(&mut self, cc: &ast::CompoundCommand, depth: usize, cwd: &mut Cwd) {
+        // Only a brace group runs its body once, in this shell, for sure.
+        if matches!(cc, ast::CompoundCommand::BraceGroup(_)) {
+            self.compound_inner(cc, depth, cwd);
+        } else {
+            self.uncertainly(|w| w.compound_inner(cc, depth, cwd));
+        }
+    }
+
+    fn compound_inner(&mut self, cc: &ast::CompoundCommand, depth: usize, cwd: &mut Cwd) {
         match cc {
             ast::CompoundCommand::Arithmetic(a) => self.arithmetic(&a.expr.value, depth, cwd),
             ast::CompoundCommand::ArithmeticForClause(f) => {
@@ -331,6 +368,15 @@ impl Walker {
     }
 
     fn arithmetic(&mut self, expr: &str, depth: usize, cwd: &Cwd) {
+        // Two operands side by side (`rm victim`) are no arithmetic: bash runs
+        // `((rm victim) )` as two nested subshells, where the parser saw an
+        // arithmetic command ending at `) )`.
+        if !is_arithmetic_shaped(expr) {
+            self.opaque(
+                "`((` that bash may run as nested subshells: its text is no arithmetic",
+                expr,
+            );
+        }
         // Bash evaluates array subscripts and substitutions inside arithmetic:
         // `(( a[$(cmd)] ))` runs cmd. Follow substitutions; anything else in
         // arithmetic only computes numbers.
@@ -410,7 +456,15 @@ impl Walker {
                             Some(Ok(pieces)) => {
                                 let mut sink = String::new();
                                 let mut dynamic = false;
-                                self.pieces(&pieces, depth, &mut cwd, false, &mut sink, &mut dynamic, &mut false);
+                                self.pieces(
+                                    &pieces,
+                                    depth,
+                                    &mut cwd,
+                                    false,
+                                    &mut sink,
+                                    &mut dynamic,
+                                    &mut String::new(),
+                                );
                             }
                             _ => self.opaque("a here-document body the gate cannot parse", &doc.doc.value),
                         }
@@ -540,8 +594,20 @@ impl Walker {
         };
         let mut text = String::new();
         let mut dynamic = false;
-        let mut pattern = false;
-        self.pieces(&pieces, depth, cwd, false, &mut text, &mut dynamic, &mut pattern);
+        let mut skeleton = String::new();
+        self.pieces(&pieces, depth, cwd, false, &mut text, &mut dynamic, &mut skeleton);
+        // Bash brace-expands and globs the word as a whole, quotes inside it
+        // included (`{"rm",x}`, `r[m"x"]`): judged on the unquoted skeleton.
+        let pattern = has_expansion_syntax(&skeleton);
+        if evaluates_a_subscript(&text) {
+            // Text that runs a command if bash ever uses it as a variable name
+            // or an arithmetic operand (`unset 'a[$(cmd)]'`, `x='a[$(cmd)]';
+            // echo $((x))`): bash evaluates subscripts, substitutions included.
+            self.opaque(
+                "a command substitution inside `[...]`, which bash runs if it evaluates the text as a subscript",
+                raw,
+            );
+        }
         if dynamic {
             Word::Dynamic(raw.to_string())
         } else if pattern {
@@ -560,23 +626,24 @@ impl Walker {
         quoted: bool,
         text: &mut String,
         dynamic: &mut bool,
-        pattern: &mut bool,
+        skeleton: &mut String,
     ) {
         for p in pieces {
+            // Unquoted text as it is, anything else as one inert character.
             match &p.piece {
-                WordPiece::Text(s) => {
-                    if !quoted && has_expansion_syntax(s) {
-                        *pattern = true;
-                    }
-                    text.push_str(s);
-                }
+                WordPiece::Text(s) if !quoted => skeleton.push_str(s),
+                WordPiece::DoubleQuotedSequence(_) | WordPiece::GettextDoubleQuotedSequence(_) => {}
+                _ => skeleton.push('q'),
+            }
+            match &p.piece {
+                WordPiece::Text(s) => text.push_str(s),
                 WordPiece::SingleQuotedText(s) => text.push_str(s),
                 WordPiece::AnsiCQuotedText(s) => match decode_ansi_c(s) {
                     Some(d) => text.push_str(&d),
                     None => *dynamic = true,
                 },
                 WordPiece::DoubleQuotedSequence(inner) | WordPiece::GettextDoubleQuotedSequence(inner) => {
-                    self.pieces(inner, depth, cwd, true, text, dynamic, pattern)
+                    self.pieces(inner, depth, cwd, true, text, dynamic, skeleton)
                 }
                 WordPiece::EscapeSequence(s) => {
                     let rest = s.strip_prefix('\\').unwrap_or(s);
@@ -592,8 +659,34 @@ impl Walker {
                     }
                 }
                 WordPiece::TildeExpansion(_) => *dynamic = true,
-                WordPiece::ParameterExpansion(_) => {
+                WordPiece::ParameterExpansion(pe) => {
                     *dynamic = true;
+                    use brush_parser::word::{ParameterExpr as Pe, ParameterTransformOp as Op};
+                    match pe {
+                        // `${x@P}` expands the value as a prompt: substitutions in it run.
+                        Pe::Transform {
+                            op: Op::PromptExpand, ..
+                        } => self.opaque(
+                            "`${...@P}` runs the substitutions in a variable's value",
+                            &format!("{:?}", p.piece),
+                        ),
+                        // `${PATH:=dir}` assigns as it expands.
+                        Pe::AssignDefaultValues { parameter, .. } => {
+                            let name = format!("{parameter:?}");
+                            let name = name
+                                .strip_prefix("Named(\"")
+                                .and_then(|n| n.strip_suffix("\")"))
+                                .unwrap_or(&name)
+                                .to_string();
+                            if crate::policy::is_dangerous_env(&name) {
+                                self.units.push(Unit::DangerousAssignment {
+                                    name,
+                                    how: "`${NAME:=...}` expansion".into(),
+                                });
+                            }
+                        }
+                        _ => {}
+                    }
                     // `${x:-$(cmd)}` runs cmd; the parsed form keeps the inner text raw.
                     let src = format!("{:?}", p.piece);
                     if src.contains("$(") || src.contains('`') || src.contains("<(") || src.contains(">(") {
@@ -647,7 +740,10 @@ pub fn quiet_contained_parser_panics() {
 
 /// Parse a nested script (from `bash -c`) at a depth, appending its units.
 pub fn parse_nested(script: &str, depth: usize, cwd: &Cwd, out: &mut Vec<Unit>) {
-    let mut w = Walker { units: Vec::new() };
+    let mut w = Walker {
+        units: Vec::new(),
+        uncertain: 0,
+    };
     let mut cwd = cwd.clone();
     w.script(script, depth, &mut cwd);
     out.extend(w.units);
@@ -709,6 +805,27 @@ fn has_expansion_syntax(s: &str) -> bool {
     s.contains(['*', '?']) || glob_class || brace || s.contains("@(") || s.contains("!(") || s.contains("+(")
 }
 
+/// Whether no two operands (names, numbers, `$` expansions) stand side by
+/// side with only blanks between them, as in every arithmetic expression and
+/// in no command with arguments.
+fn is_arithmetic_shaped(expr: &str) -> bool {
+    let operand_end = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let operand_start = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '$';
+    let chunks: Vec<&str> = expr.split_ascii_whitespace().collect();
+    chunks
+        .windows(2)
+        .all(|w| !(w[0].chars().last().is_some_and(operand_end) && w[1].chars().next().is_some_and(operand_start)))
+}
+
+/// Whether text holds a command substitution inside `[...]` (`a[$(cmd)]`,
+/// ``a[`cmd`]``), which bash runs when it evaluates the text as a
+/// subscript: as a variable name (`unset`, `read`, `printf -v`, `test -v`)
+/// or as the value of a variable used in arithmetic.
+fn evaluates_a_subscript(text: &str) -> bool {
+    text.match_indices('[')
+        .any(|(i, _)| text[i + 1..].contains("$(") || text[i + 1..].contains('`'))
+}
+
 /// Backquoted substitutions treat `\$`, `` \` `` and `\\` as escapes.
 fn unescape_backquoted(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
@@ -728,7 +845,8 @@ fn unescape_backquoted(s: &str) -> String {
     out
 }
 
-/// Decode the body of `$'...'`. `None` for escapes we do not decode exactly.
+/// Decode the body of `$'...'`. `None` for escapes we do not decode exactly,
+/// and for a NUL, where bash cuts the word short.
 pub fn decode_ansi_c(s: &str) -> Option<String> {
     let mut out = String::new();
     let mut chars = s.chars().peekable();
@@ -767,17 +885,17 @@ pub fn decode_ansi_c(s: &str) -> Option<String> {
             'x' => {
                 let v = take_digits(&mut chars, 16, 2);
                 let n = u32::from_str_radix(&v, 16).ok()?;
-                out.push(char::from_u32(n).filter(|c| c.is_ascii())?);
+                out.push(char::from_u32(n).filter(|c| c.is_ascii() && *c != '\0')?);
             }
             'u' | 'U' => {
                 let v = take_digits(&mut chars, 16, if e == 'u' { 4 } else { 8 });
-                out.push(char::from_u32(u32::from_str_radix(&v, 16).ok()?)?);
+                out.push(char::from_u32(u32::from_str_radix(&v, 16).ok()?).filter(|c| *c != '\0')?);
             }
             '0'..='7' => {
                 let mut v = e.to_string();
                 v.push_str(&take_digits(&mut chars, 8, 2));
                 let n = u32::from_str_radix(&v, 8).ok()?;
-                out.push(char::from_u32(n).filter(|c| c.is_ascii())?);
+                out.push(char::from_u32(n).filter(|c| c.is_ascii() && *c != '\0')?);
             }
             _ => return None,
         }

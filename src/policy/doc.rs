@@ -431,6 +431,10 @@ pub fn is_dangerous_env(name: &str) -> bool {
         "XDG_CONFIG_HOME",
         "SSH_ASKPASS",
         "PROMPT_DIRTRIM",
+        // The shell's command hash and alias tables: `BASH_CMDS[ls]=/bin/rm`
+        // makes `ls` run rm, `BASH_ALIASES[ls]=...` makes it run any text.
+        "BASH_CMDS",
+        "BASH_ALIASES",
     ];
     EXACT.contains(&name)
         || name.starts_with("LD_")
