@@ -479,9 +479,10 @@ const DEFAULT_ALLOW_TABLE: &[(&str, Verdict)] = &[
     ("exec 3</bin/rm; /proc/self/fd/3 victim", Q),
     ("/dev/fd/3 victim", Q),
     // --- programs that run a program from their arguments --------------------------------------
-    ("taskset 1 rm victim", Q),
-    ("flock /tmp/lk rm victim", Q),
-    ("setpriv rm victim", Q),
+    ("taskset 1 rm victim", D),
+    ("flock /tmp/lk rm victim", D),
+    ("setpriv rm victim", D),
+    ("taskset 1 ./build.sh", Q),
     ("tar -cf x.tar --checkpoint=1 --checkpoint-action=exec='rm victim' .", Q),
     // --- still allowed: everyday commands these rules must not catch ---------------------------
     ("ls -la", A),
@@ -521,6 +522,109 @@ fn default_allow_table() {
         "{} of {} rows wrong:\n{}",
         failures.len(),
         DEFAULT_ALLOW_TABLE.len(),
+        failures.join("\n")
+    );
+}
+
+/// An allowlist policy (every command not named asks), as a careful operator
+/// writes one. Rows from a second red-team pass: each ran its command on
+/// bash 5.2 while the gate allowed it, before the fix.
+const ALLOWLIST: &str = r#"
+version = 1
+default = "ask"
+bash_allow_prefixes = ["ls", "git status", "git diff", "git log", "cat", "grep", "python3 -m pytest", "echo",
+  "printf", "cargo test", "valgrind", "tar -xf", "cp", "sed", "mkdir", "wc"]
+require_approval_for = ["git push"]
+deny = ["rm", "curl"]
+"#;
+
+/// (script, expected verdict) under `ALLOWLIST`.
+const ALLOWLIST_TABLE: &[(&str, Verdict)] = &[
+    // --- `hash -p` in any spelling; the command table through `${...:=}` and `printf -vNAME` ----
+    ("hash -rp /bin/rm ls; ls victim", Q),
+    ("hash -p/bin/rm ls; ls victim", Q),
+    (": ${BASH_CMDS[ls]:=/bin/rm}; ls victim", Q),
+    (": ${BASH_CMDS[ls]=/bin/rm}; ls victim", Q),
+    ("printf -vBASH_CMDS[ls] /bin/rm; ls victim", Q),
+    ("printf -vPATH x; ls", Q),
+    // --- a here-document line that starts with its delimiter (bash ends `$(` there) ---------
+    ("echo $(cat <<Q\nQ)\nrm victim\nQ\n)", Q),
+    // --- options that change how bash reads what follows ---------------------------------------
+    ("set -o history -H\necho x\necho \"!!:2\"", Q),
+    ("set -k; git status GIT_CONFIG_COUNT=1", Q),
+    ("bash -kc 'git status X=1'", Q),
+    // --- a process substitution inside an extglob pattern --------------------------------------
+    ("[[ x == @(y|<(rm victim)) ]]", Q),
+    ("shopt -s extglob; echo @(x|<(rm victim))", Q),
+    // --- `((` that bash runs as nested subshells -------------------------------------------------
+    ("((rm -f ./victim) )", Q),
+    ("((\"rm\" \"victim\") )", Q),
+    ("((true && rm ./victim) )", Q),
+    ("((rm$IFS./victim) )", Q),
+    ("((git -C . push \"origin\" \"main\") )", Q),
+    // --- a value with a substitution, evaluated again through a variable -------------------------
+    ("x='$(rm victim)'; let \"a[$x]\"", Q),
+    ("x='$(rm victim)'; y=\"a[$x]\"; echo $((y))", Q),
+    ("read x <<< '$(rm victim)'; echo $((a[x]))", Q),
+    ("read -r x <<'Q'\na[$(rm victim)]\nQ\necho $((x))", Q),
+    ("make -f - <<< $'all:\\n\\trm victim'", Q),
+    ("cat <<'EOF' > s.sh\necho $(date)\nEOF", A),
+    // --- a function runs only when called by its bare name, in its own shell --------------------
+    ("perl() { :; }; command perl -e 1", Q),
+    ("perl() { :; }; env perl -e 1", Q),
+    ("perl() { :; }; /usr/bin/perl -e 1", Q),
+    ("perl() { :; }; unset -f perl; perl -e 1", Q),
+    ("perl() { :; }; bash -c 'perl -e 1'", Q),
+    ("bash -c 'perl -e 1'; perl() { :; }", Q),
+    ("perl() { :; }; find . -exec perl -e 1 \\;", Q),
+    // --- xargs options with optional values; tar and git options that run programs --------------
+    ("echo x | xargs --replace rm victim", D),
+    ("echo x | xargs --eof rm victim", D),
+    ("tar -xf x --checkpoint=1 --checkpoint-act=exec='rm victim'", Q),
+    ("tar -xf x -I'git push origin main;:'", Q),
+    ("tar -xf x --use-compress-prog=sh", Q),
+    ("git grep --no-index -O'rm' data", Q),
+    ("git log --oneline; git rebase -x 'rm victim' HEAD~1", Q),
+    ("compgen -W '$(rm victim)' x", Q),
+    ("capsh -- -c 'rm victim'", Q),
+    ("ed -s f <<< '!rm victim'", Q),
+    // --- everyday commands that must stay allowed --------------------------------------------------
+    ("echo '- [ ] run `cargo test`'", A),
+    ("printf '%s\\n' '[ok] `x`'", A),
+    ("grep -n 'a\\[$(' f", A),
+    ("bash -lc 'setup() { mkdir -p b; }; setup && cargo test'", A),
+    ("ls | xargs grep -Ir TODO", A),
+    ("ls | xargs sed -ie s/a/b/", A),
+    ("ls | xargs -I{} cp {} dest/", A),
+    ("valgrind ./a.out", A),
+    ("tar -xf a.tar.zst -I zstd", A),
+    ("((i++))", A),
+    ("for ((i=0;i<3;i++)); do echo $i; done", A),
+    ("echo $(( ${#x} + 1 ))", A),
+    ("echo {a,b} a{1..3}", A),
+    ("f() { ls; }; f; f | wc -l", A),
+    ("x=$(ls); echo \"$x\"", A),
+    ("cat <<EOF\nline\nEOF", A),
+];
+
+#[test]
+fn allowlist_table() {
+    let p = Policy::new(
+        vec![Layer::parse(ALLOWLIST, "allowlist.toml", Format::Toml).unwrap()],
+        vec![],
+    );
+    let mut failures = Vec::new();
+    for (script, want) in ALLOWLIST_TABLE {
+        let d = decide(&p, Input::Script(script), &ctx()).expect("decides");
+        if d.decision != *want {
+            failures.push(format!("{script:?}: want {want}, got {} — {}", d.decision, d.summary()));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} rows wrong:\n{}",
+        failures.len(),
+        ALLOWLIST_TABLE.len(),
         failures.join("\n")
     );
 }

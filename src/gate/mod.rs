@@ -15,17 +15,23 @@
 //! A program is seen through by its file name wherever it lives
 //! (`/usr/bin/../bin/env` is `env`, `/usr/lib/git-core/git-push` is `git
 //! push`); allow rules still match only the name as written, or a system
-//! one. A function counts from where the main script surely defines it, so
-//! that a program of its name run before or beside the definition is judged
-//! as that program.
+//! one. A function counts from where its shell surely defines it, and only
+//! when called by its bare name (`command f`, `env f`, `find -exec f` and a
+//! `bash -c` run the program), so that a program of its name is judged as
+//! that program. Programs that run a program from their arguments with
+//! options the gate does not parse (`taskset`, `strace`, ...) ask unless an
+//! allow rule names them, and every program their arguments name meets the
+//! deny and ask rules.
 //!
 //! # What the gate does not see
 //!
 //! The gate judges what the command line names; the sandbox confines what
 //! runs. Beyond the command line, and so not judged:
 //! - programs that do a named program's work by other means (`find
-//!   -delete`, `python3 -c 'os.remove(...)'`), or a named program under
-//!   another name (`ln -s /bin/rm x; ./x`): rules name commands;
+//!   -delete`, `python3 -c 'os.remove(...)'`), run commands from their own
+//!   scripts (`sed`'s `e`, `awk`'s `system`, a Makefile's recipes), or a
+//!   named program under another name (`ln -s /bin/rm x; ./x`): rules name
+//!   commands;
 //! - the contents of a script file a shell runs (`bash build.sh`), judged by
 //!   the rules for the shell as any program is by its own;
 //! - startup files a login shell reads (`bash -l` reads `~/.profile`, and
@@ -200,6 +206,8 @@ pub fn decide(policy: &Policy, input: Input<'_>, ctx: &Context) -> Result<Decisi
     // Functions count from their definition on, as the units come in order.
     let mut g = Gate {
         functions: Vec::new(),
+        outer_functions: Vec::new(),
+        calling_function: false,
         policy,
         globs: std::cell::OnceCell::new(),
         ctx,
@@ -304,6 +312,11 @@ fn example_error(layer: &Layer, list: RuleList, example: &str, msg: &str, fix: &
 struct Gate<'a> {
     /// Functions the script defines (their bodies are judged where defined).
     functions: Vec<String>,
+    /// The functions of the shells around the one being judged.
+    outer_functions: Vec<Vec<String>>,
+    /// The command being judged calls a function: by its bare name, not
+    /// through a wrapper (`command f`, `env f` run the program).
+    calling_function: bool,
     policy: &'a Policy,
     /// Compiled only when a redirect writes somewhere (most commands never need it).
     globs: std::cell::OnceCell<crate::policy::PathGlobs>,
@@ -367,6 +380,8 @@ impl Gate<'_> {
                     self.functions.push(name);
                 }
             }
+            Unit::EnterShell => self.outer_functions.push(std::mem::take(&mut self.functions)),
+            Unit::LeaveShell => self.functions = self.outer_functions.pop().unwrap_or_default(),
             Unit::Command(s) => self.simple(s, queue),
         }
     }
@@ -460,11 +475,10 @@ impl Gate<'_> {
             }
             let mut prog = normalize::program(&first);
             // `/usr/lib/git-core/git-push` is `git push`.
-            if let Some(sub) = prog
-                .base
-                .strip_prefix("git-")
-                .filter(|s| !s.is_empty() && first.contains('/'))
-            {
+            let in_gits_dir = first
+                .rsplit_once('/')
+                .is_some_and(|(dir, _)| dir.ends_with("git-core") || normalize::program(&first).name != first);
+            if let Some(sub) = prog.base.strip_prefix("git-").filter(|s| !s.is_empty() && in_gits_dir) {
                 let sub = sub.to_string();
                 words.splice(0..1, [Word::Lit("git".into()), Word::Lit(sub)]);
                 prog = normalize::Program {
@@ -553,14 +567,36 @@ impl Gate<'_> {
                     "parser",
                 );
             }
+            let unwrapped = normalize::unwrap(&role, &words);
             if role == "xargs" {
-                filled_in_by_xargs = normalize::xargs_replace_string(&words);
+                let own = match unwrapped {
+                    Unwrapped::Inner(i) => i,
+                    _ => words.len(),
+                };
+                filled_in_by_xargs = normalize::xargs_replace_string(&words[..own]);
             }
-            match normalize::unwrap(&role, &words) {
+            match unwrapped {
                 Unwrapped::Final => {}
                 Unwrapped::Ask(why) => {
                     self.rules_only(&prog, &words, &shown);
                     self.push(shown, Verdict::Ask, format!("not understood: {why}"), "parser");
+                    return;
+                }
+                Unwrapped::Unparsed(why) => {
+                    // Every program its arguments name meets the deny and ask
+                    // rules, as if it ran (`taskset 1 rm x` denies as `rm x`).
+                    for i in 1..words.len() {
+                        if let Some(w) = words[i].lit().filter(|w| !w.starts_with('-')) {
+                            let inner = normalize::program(w);
+                            self.rules_only(&inner, &words[i..], &words_text(&words[i..]));
+                        }
+                    }
+                    if self.allowed_by_rule_in_every_layer(&prog, &words) {
+                        self.final_command(&prog, &words, &shown);
+                    } else {
+                        self.rules_only(&prog, &words, &shown);
+                        self.push(shown, Verdict::Ask, format!("not understood: {why}"), "parser");
+                    }
                     return;
                 }
                 Unwrapped::InnerAsk(i, why) => {
@@ -641,6 +677,7 @@ impl Gate<'_> {
             if role == "find" {
                 for (a, b) in normalize::find_exec_ranges(&words) {
                     if a < b {
+                        queue.push_back(Unit::EnterShell);
                         queue.push_back(Unit::Command(Simple {
                             assignments: vec![],
                             words: words[a..b].to_vec(),
@@ -648,6 +685,7 @@ impl Gate<'_> {
                             cwd: Cwd::Unknown,
                             depth: depth + 1,
                         }));
+                        queue.push_back(Unit::LeaveShell);
                     }
                 }
             }
@@ -658,6 +696,11 @@ impl Gate<'_> {
                         argv = std::iter::once(Word::Lit("git".into()))
                             .chain(words[i..].iter().cloned())
                             .collect();
+                        if let Some(why) = normalize::git_runs_a_program(&argv) {
+                            self.rules_only(&prog, &argv, &shown);
+                            self.push(shown, Verdict::Ask, format!("not understood: {why}"), "parser");
+                            return;
+                        }
                     }
                     Err(why) => {
                         self.rules_only(&prog, &words, &shown);
@@ -671,9 +714,27 @@ impl Gate<'_> {
             } else {
                 format!("{} → ", via.join(" → "))
             };
+            // `unset NAME` unsets a function of that name when no variable has it.
+            if prog.name == "unset" {
+                let names: Vec<&str> = words.iter().skip(1).filter_map(Word::lit).collect();
+                self.functions.retain(|f| !names.contains(&f.as_str()));
+            }
+            self.calling_function = via.is_empty() && !first.contains('/') && self.functions.contains(&prog.name);
             self.final_command(&prog, &argv, &format!("{prefix}{}", words_text(&argv)));
+            self.calling_function = false;
             return;
         }
+    }
+
+    /// Whether an allow rule (not the default) names this command in every
+    /// layer: the person allowed it as it is, arguments and all.
+    fn allowed_by_rule_in_every_layer(&self, prog: &Program, argv: &[Word]) -> bool {
+        self.policy.layers.iter().all(|layer| {
+            layer
+                .rules(RuleList::BashAllowPrefixes)
+                .iter()
+                .any(|rule| rule_match(&rule.tokens, prog, argv, false) == Match::Yes)
+        })
     }
 
     /// Match a program's argv against every layer; record the strictest.
@@ -767,7 +828,7 @@ impl Gate<'_> {
                 );
             }
         }
-        if self.functions.contains(&prog.name) {
+        if self.calling_function {
             return judged(
                 Verdict::Allow,
                 format!(

@@ -45,6 +45,9 @@ pub fn is_interpreter(prog: &str) -> bool {
                 | "irb"
                 | "R"
                 | "Rscript"
+                | "ed"
+                | "make"
+                | "gmake"
         )
         || (prog.starts_with("python3.") && prog[8..].chars().all(|c| c.is_ascii_digit()))
 }
@@ -89,6 +92,10 @@ pub enum Unwrapped {
     Inner(usize),
     /// The wrapper itself must be asked about, with the reason.
     Ask(String),
+    /// A program that can run another from its arguments, whose options the
+    /// gate does not parse: it asks unless an allow rule names it, and
+    /// every program named in its arguments is held to the deny and ask rules.
+    Unparsed(String),
     /// A shell running a script given as a string.
     Script { index: usize },
     /// Words joined and run by `sh -c` (watch).
@@ -307,6 +314,10 @@ pub fn unwrap(prog: &str, words: &[Word]) -> Unwrapped {
                 "--show-limits",
                 "-o",
                 "--open-tty",
+                // Their values are optional, attached with `=` only.
+                "--replace",
+                "--eof",
+                "--max-lines",
             ],
             &[
                 "-a",
@@ -323,9 +334,6 @@ pub fn unwrap(prog: &str, words: &[Word]) -> Unwrapped {
                 "-s",
                 "--max-chars",
                 "--process-slot-var",
-                "--max-lines",
-                "--replace",
-                "--eof",
             ],
             "xargs",
         )),
@@ -430,7 +438,7 @@ pub fn unwrap(prog: &str, words: &[Word]) -> Unwrapped {
         },
         _ if SHELLS.contains(&prog) => shell(prog, words),
         "tar" if tar_runs_a_program(words) => Unwrapped::Ask("`tar` is given an option that runs a program".into()),
-        _ if UNPARSED_EXEC_WRAPPERS.contains(&prog) => Unwrapped::Ask(format!(
+        _ if UNPARSED_EXEC_WRAPPERS.contains(&prog) => Unwrapped::Unparsed(format!(
             "`{prog}` can run a program given in its arguments, and the gate does not parse its options"
         )),
         _ => Unwrapped::Final,
@@ -466,6 +474,9 @@ fn shell(prog: &str, words: &[Word]) -> Unwrapped {
             let flags = &w[1..];
             if flags.contains('s') || flags.contains('i') {
                 return Unwrapped::Ask(format!("`{prog} {w}` reads commands from standard input or a terminal"));
+            }
+            if flags.contains('k') || flags.contains('H') {
+                return Unwrapped::Ask(format!("`{prog} {w}` changes how it reads its commands"));
             }
             if flags.contains('c') {
                 command_mode = true;
@@ -565,23 +576,56 @@ pub const UNPARSED_EXEC_WRAPPERS: &[&str] = &[
     "nvim",
     "ex",
     "emacs",
+    "capsh",
+    "hyperfine",
 ];
 
 /// `tar` options that make it run a program.
+/// A compressor `tar -I`/`--use-compress-program` may name and still be
+/// understood: it runs that program on the archive, nothing else.
+const COMPRESSORS: &[&str] = &[
+    "gzip", "pigz", "bzip2", "pbzip2", "xz", "pixz", "zstd", "pzstd", "lz4", "lzip", "plzip", "lzop", "brotli",
+];
+
 fn tar_runs_a_program(words: &[Word]) -> bool {
-    words.iter().skip(1).filter_map(Word::lit).any(|w| {
-        [
-            "--checkpoint-action",
-            "--to-command",
-            "--use-compress-program",
-            "--info-script",
-            "--new-volume-script",
-            "--rsh-command",
-        ]
-        .iter()
-        .any(|o| w.starts_with(o))
-            || w == "-I"
-            || w == "-F"
+    const RUNS: &[&str] = &[
+        "--checkpoint-action",
+        "--to-command",
+        "--use-compress-program",
+        "--info-script",
+        "--new-volume-script",
+        "--rsh-command",
+    ];
+    let known_compressor = |v: Option<&str>| {
+        v.and_then(|v| v.split_whitespace().next())
+            .is_some_and(|p| COMPRESSORS.contains(&p) && v.is_some_and(|v| !v.contains([';', '|', '&', '$', '`'])))
+    };
+    let args: Vec<Option<&str>> = words.iter().skip(1).map(Word::lit).collect();
+    args.iter().enumerate().any(|(i, w)| {
+        let Some(w) = *w else {
+            return false;
+        };
+        if let Some(long) = w.strip_prefix("--") {
+            // GNU tar takes any unambiguous abbreviation of a long option.
+            let (name, value) = long.split_once('=').map_or((long, None), |(n, v)| (n, Some(v)));
+            let Some(opt) = RUNS.iter().find(|o| name.len() >= 3 && o[2..].starts_with(name)) else {
+                return false;
+            };
+            let value = value.or_else(|| args.get(i + 1).copied().flatten());
+            return !(*opt == "--use-compress-program" && known_compressor(value));
+        }
+        // `-I PROG`, `-IPROG`, `-cIf`, `-F SCRIPT`, and the old style `tar cIf` (first word).
+        let Some(short) = w.strip_prefix('-').or((i == 0).then_some(w)) else {
+            return false;
+        };
+        if short.contains('F') {
+            return true;
+        }
+        match short.find('I') {
+            None => false,
+            Some(at) if at + 1 < short.len() && w.starts_with('-') => !known_compressor(Some(&short[at + 1..])),
+            Some(_) => !known_compressor(args.get(i + 1).copied().flatten()),
+        }
     })
 }
 
@@ -598,9 +642,21 @@ pub fn runs_code_from_an_option(prog: &str, words: &[Word]) -> Option<String> {
             .filter(|w| w.starts_with('-') && w.len() > 1)
     };
     let has = |letters: &[char]| options().any(|w| !w.starts_with("--") && w[1..].contains(letters));
+    let set_option = |names: &[&str]| {
+        let w: Vec<&str> = words.iter().skip(1).filter_map(Word::lit).collect();
+        w.windows(2)
+            .any(|p| (p[0] == "-o" || p[0] == "+o") && names.contains(&p[1]))
+    };
     match prog {
         "mapfile" | "readarray" if has(&['C']) => Some(format!("`{prog} -C` runs a callback as code")),
-        "compgen" | "complete" if has(&['C', 'F']) => Some(format!("`{prog} -C`/`-F` runs a command or function")),
+        // `-C`/`-F` run commands, `-W` expands its word list (substitutions too).
+        "compgen" | "complete" => Some(format!("`{prog}` can run commands and expand words as code")),
+        // History expansion rewrites the commands that follow (`!!:2`);
+        // `-k` makes `NAME=value` after a command an environment setting.
+        "set" if has(&['H', 'k']) || set_option(&["history", "histexpand", "keyword"]) => {
+            Some("`set -H`/`-k` changes how bash reads the commands that follow".into())
+        }
+        "hash" if has(&['p']) => Some("`hash -p` changes which file a command name runs".into()),
         "declare" | "typeset" | "local" if has(&['n']) => Some(format!(
             "`{prog} -n` makes a name reference, through which assignments reach a variable never named"
         )),
@@ -623,6 +679,25 @@ pub fn xargs_replace_string(words: &[Word]) -> Option<String> {
         }
     }
     None
+}
+
+/// git subcommands given an option that runs a program (`git grep -O CMD`,
+/// `git rebase --exec CMD`, `git difftool -x CMD`), or that run commands
+/// by design (`git bisect run`, `git submodule foreach`).
+pub fn git_runs_a_program(argv: &[Word]) -> Option<String> {
+    let sub = argv.get(1).and_then(Word::lit)?;
+    let args = || argv.iter().skip(2).filter_map(Word::lit);
+    let starts = |prefixes: &[&str]| args().any(|a| prefixes.iter().any(|p| a.starts_with(p)));
+    let runs = match sub {
+        "grep" => starts(&["-O", "--open-files-in-pager", "--open-files"]),
+        "rebase" => starts(&["-x", "--exec", "--exe"]),
+        "difftool" | "mergetool" => starts(&["-x", "--extcmd", "--tool-help", "-t", "--tool"]),
+        "bisect" => args().next() == Some("run"),
+        "submodule" => args().any(|a| a == "foreach"),
+        "filter-branch" | "filter-repo" => true,
+        _ => false,
+    };
+    runs.then(|| format!("`git {sub}` is given something that runs a program"))
 }
 
 /// `git` global options: returns the index of the subcommand, or an ask reason
@@ -690,7 +765,13 @@ pub fn find_exec_ranges(words: &[Word]) -> Vec<(usize, usize)> {
 
 /// Names a builtin assigns to: `read NAME`, `printf -v NAME`, `export NAME=...`.
 pub fn assigned_names(prog: &str, words: &[Word]) -> Vec<String> {
-    let args = || words.iter().skip(1).filter_map(Word::lit);
+    // A name with a subscript reads as a glob (`BASH_CMDS[ls]`): its text counts.
+    let args = || {
+        words.iter().skip(1).filter_map(|w| match w {
+            Word::Lit(s) | Word::Pattern(s) => Some(s.as_str()),
+            Word::Dynamic(_) => None,
+        })
+    };
     let name_of = |s: &str| s.split(['=', '+', '[']).next().unwrap_or("").to_string();
     match prog {
         "export" | "declare" | "typeset" | "local" | "readonly" => {
@@ -705,6 +786,8 @@ pub fn assigned_names(prog: &str, words: &[Word]) -> Vec<String> {
                     if let Some(n) = w.get(i + 1) {
                         out.push(name_of(n));
                     }
+                } else if let Some(n) = s.strip_prefix("-v") {
+                    out.push(name_of(n));
                 }
             }
             out

@@ -106,6 +106,11 @@ pub enum Unit {
     /// judged) body; a call before it, or to a function that may not exist,
     /// runs the program of that name.
     Function(String),
+    /// The units that follow, up to the matching `LeaveShell`, run in a shell
+    /// of their own (`bash -c`, `eval`'d text judged apart) or are run by
+    /// another program (`find -exec`): this shell's functions are not theirs.
+    EnterShell,
+    LeaveShell,
     /// A shell variable assigned in a way that changes what later commands run
     /// (`for PATH in ...`, `read PATH`): at least `ask`.
     DangerousAssignment {
@@ -136,6 +141,7 @@ pub fn parse_script(script: &str) -> Result<Vec<Unit>, GateInputError> {
     let mut w = Walker {
         units: Vec::new(),
         uncertain: 0,
+        top: 0,
     };
     w.script(script, 0, &mut Cwd::Known(String::new()));
     Ok(w.units)
@@ -146,6 +152,9 @@ struct Walker {
     /// How many constructs around this point may not run, or run in a
     /// subshell: a function defined inside one is not surely defined after.
     uncertain: usize,
+    /// The depth of this walker's own script: functions are those of its
+    /// top level (a substitution's are not).
+    top: usize,
 }
 
 impl Walker {
@@ -231,7 +240,7 @@ impl Walker {
                 }
             }
             ast::Command::Function(f) => {
-                if depth == 0 && self.uncertain == 0 {
+                if depth == self.top && self.uncertain == 0 {
                     self.units.push(Unit::Function(f.fname.value.clone()));
                 }
                 // The body runs whenever the function is called; judge it as if it ran.
@@ -450,6 +459,30 @@ impl Walker {
                     });
                 }
                 ast::IoRedirect::HereDocument(_fd, doc) => {
+                    // A body line that starts with the delimiter and goes on
+                    // (`EOF)` closing a `$(`): bash may end the document there
+                    // and run the rest as commands, where the parser read on.
+                    let delimiter: String = doc
+                        .here_end
+                        .value
+                        .chars()
+                        .filter(|c| !matches!(c, '\'' | '"' | '\\'))
+                        .collect();
+                    if !delimiter.is_empty()
+                        && doc.doc.value.lines().any(|l| {
+                            let l = if doc.remove_tabs { l.trim_start_matches('\t') } else { l };
+                            l.starts_with(delimiter.as_str()) && l != delimiter
+                        })
+                    {
+                        self.opaque("a here-document line that starts with its delimiter", &doc.doc.value);
+                    }
+                    if !doc.requires_expansion && evaluates_a_subscript(&doc.doc.value) {
+                        // Read into a variable, it runs if evaluated as a subscript.
+                        self.opaque(
+                            "a here-document with a command substitution inside `[...]` in its text",
+                            &doc.doc.value,
+                        );
+                    }
                     if doc.requires_expansion {
                         // An unquoted here-document expands `$(...)` in its body.
                         match guarded(|| word::parse_heredoc(&doc.doc.value, &options())) {
@@ -460,7 +493,8 @@ impl Walker {
                                     &pieces,
                                     depth,
                                     &mut cwd,
-                                    false,
+                                    // A body's line breaks are its own, as in quotes.
+                                    true,
                                     &mut sink,
                                     &mut dynamic,
                                     &mut String::new(),
@@ -476,6 +510,12 @@ impl Walker {
                 }
                 ast::IoRedirect::HereString(_fd, w) => {
                     let t = self.word(&w.value, depth, &mut cwd);
+                    if let Word::Lit(text) = &t {
+                        if holds_a_substitution(text) {
+                            // Read into a variable, it runs if evaluated again.
+                            self.opaque("a here-string with a command substitution in its text", &w.value);
+                        }
+                    }
                     out.push(Redirect {
                         kind: RedirectKind::HereInput,
                         target: t,
@@ -527,6 +567,14 @@ impl Walker {
                             Word::Dynamic(raw.value.clone())
                         }
                     };
+                    if let Word::Lit(v) = &value {
+                        if holds_a_substitution(v) {
+                            self.opaque(
+                                "a value with a command substitution in its text, which bash runs if the value is evaluated again (as a subscript, in arithmetic)",
+                                &raw.value,
+                            );
+                        }
+                    }
                     let name = match &a.name {
                         ast::AssignmentName::VariableName(n) => n.clone(),
                         ast::AssignmentName::ArrayElementName(n, idx) => {
@@ -599,6 +647,11 @@ impl Walker {
         // Bash brace-expands and globs the word as a whole, quotes inside it
         // included (`{"rm",x}`, `r[m"x"]`): judged on the unquoted skeleton.
         let pattern = has_expansion_syntax(&skeleton);
+        if skeleton.contains("<(") || skeleton.contains(">(") {
+            // In an extglob pattern (`@(x|<(cmd))`) bash runs it; the word
+            // parser keeps it as text.
+            self.opaque("a process substitution inside a pattern", raw);
+        }
         if evaluates_a_subscript(&text) {
             // Text that runs a command if bash ever uses it as a variable name
             // or an arithmetic operand (`unset 'a[$(cmd)]'`, `x='a[$(cmd)]';
@@ -634,6 +687,14 @@ impl Walker {
                 WordPiece::Text(s) if !quoted => skeleton.push_str(s),
                 WordPiece::DoubleQuotedSequence(_) | WordPiece::GettextDoubleQuotedSequence(_) => {}
                 _ => skeleton.push('q'),
+            }
+            if let WordPiece::Text(s) = &p.piece {
+                if !quoted && s.contains('\n') {
+                    // No word spans an unquoted line break: the parsers
+                    // disagree about where something ended (a here-document
+                    // inside `$(`, which bash closes at `EOF)`).
+                    self.opaque("a word that runs on past an unquoted line break", s);
+                }
             }
             match &p.piece {
                 WordPiece::Text(s) => text.push_str(s),
@@ -672,15 +733,14 @@ impl Walker {
                         ),
                         // `${PATH:=dir}` assigns as it expands.
                         Pe::AssignDefaultValues { parameter, .. } => {
-                            let name = format!("{parameter:?}");
-                            let name = name
-                                .strip_prefix("Named(\"")
-                                .and_then(|n| n.strip_suffix("\")"))
-                                .unwrap_or(&name)
-                                .to_string();
-                            if crate::policy::is_dangerous_env(&name) {
+                            // The name, however the parameter is shaped
+                            // (`Named("PATH")`, `NamedWithIndex { name: "BASH_CMDS", .. }`):
+                            // every quoted string in its description.
+                            let described = format!("{parameter:?}");
+                            let names: Vec<&str> = described.split('"').skip(1).step_by(2).collect();
+                            if let Some(name) = names.iter().find(|n| crate::policy::is_dangerous_env(n)) {
                                 self.units.push(Unit::DangerousAssignment {
-                                    name,
+                                    name: name.to_string(),
                                     how: "`${NAME:=...}` expansion".into(),
                                 });
                             }
@@ -739,14 +799,19 @@ pub fn quiet_contained_parser_panics() {
 }
 
 /// Parse a nested script (from `bash -c`) at a depth, appending its units.
+/// Parse a script that runs in a shell of its own (`bash -c`): its units,
+/// between `EnterShell` and `LeaveShell`.
 pub fn parse_nested(script: &str, depth: usize, cwd: &Cwd, out: &mut Vec<Unit>) {
     let mut w = Walker {
         units: Vec::new(),
         uncertain: 0,
+        top: depth,
     };
     let mut cwd = cwd.clone();
     w.script(script, depth, &mut cwd);
+    out.push(Unit::EnterShell);
     out.extend(w.units);
+    out.push(Unit::LeaveShell);
 }
 
 fn merge(a: &Cwd, b: &Cwd) -> Cwd {
@@ -805,16 +870,55 @@ fn has_expansion_syntax(s: &str) -> bool {
     s.contains(['*', '?']) || glob_class || brace || s.contains("@(") || s.contains("!(") || s.contains("+(")
 }
 
-/// Whether no two operands (names, numbers, `$` expansions) stand side by
-/// side with only blanks between them, as in every arithmetic expression and
-/// in no command with arguments.
+/// Whether the text parses as an arithmetic expression once each expansion
+/// in it (`$x`, `${...}`, `$(...)`, `` `...` ``) stands for a number, as bash
+/// expands them before it evaluates: a command (`rm -f x`, `"rm" x`,
+/// `touch$IFS./x`) does not.
 fn is_arithmetic_shaped(expr: &str) -> bool {
-    let operand_end = |c: char| c.is_ascii_alphanumeric() || c == '_';
-    let operand_start = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '$';
-    let chunks: Vec<&str> = expr.split_ascii_whitespace().collect();
-    chunks
-        .windows(2)
-        .all(|w| !(w[0].chars().last().is_some_and(operand_end) && w[1].chars().next().is_some_and(operand_start)))
+    let mut out = String::with_capacity(expr.len());
+    let b = expr.as_bytes();
+    let mut i = 0;
+    // The end of a bracketed expansion starting at `from`, counting nesting.
+    let closing = |from: usize, open: u8, close: u8| {
+        let mut depth = 0usize;
+        for (j, &c) in b.iter().enumerate().skip(from) {
+            if c == open {
+                depth += 1;
+            } else if c == close {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(j);
+                }
+            }
+        }
+        None
+    };
+    while i < b.len() {
+        let end = match (b[i], b.get(i + 1)) {
+            (b'$', Some(b'{')) => closing(i + 1, b'{', b'}'),
+            (b'$', Some(b'(')) => closing(i + 1, b'(', b')'),
+            (b'$', Some(c)) if c.is_ascii_alphanumeric() || *c == b'_' => {
+                let n = b[i + 1..]
+                    .iter()
+                    .take_while(|c| c.is_ascii_alphanumeric() || **c == b'_')
+                    .count();
+                Some(i + n)
+            }
+            (b'$', Some(b'@' | b'*' | b'#' | b'?' | b'-' | b'$' | b'!')) => Some(i + 1),
+            (b'`', _) => b[i + 1..].iter().position(|c| *c == b'`').map(|n| i + 1 + n),
+            _ => {
+                out.push(b[i] as char);
+                i += 1;
+                continue;
+            }
+        };
+        let Some(end) = end else {
+            return false;
+        };
+        out.push('1');
+        i = end + 1;
+    }
+    guarded(|| brush_parser::arithmetic::parse(&out).is_ok()).unwrap_or(false)
 }
 
 /// Whether text holds a command substitution inside `[...]` (`a[$(cmd)]`,
@@ -822,8 +926,19 @@ fn is_arithmetic_shaped(expr: &str) -> bool {
 /// subscript: as a variable name (`unset`, `read`, `printf -v`, `test -v`)
 /// or as the value of a variable used in arithmetic.
 fn evaluates_a_subscript(text: &str) -> bool {
-    text.match_indices('[')
-        .any(|(i, _)| text[i + 1..].contains("$(") || text[i + 1..].contains('`'))
+    text.match_indices('[').any(|(i, _)| {
+        let rest = &text[i + 1..];
+        rest.rfind(']')
+            .is_some_and(|end| rest[..end].contains("$(") || rest[..end].contains('`'))
+    })
+}
+
+/// Whether literal text holds a command substitution (`$(...)`, a
+/// backquote): harmless as an argument, but as a variable's value it runs
+/// when bash evaluates the value again (as a subscript, in arithmetic, with
+/// `${x@P}`), which the gate cannot follow.
+fn holds_a_substitution(text: &str) -> bool {
+    text.contains("$(") || text.contains('`')
 }
 
 /// Backquoted substitutions treat `\$`, `` \` `` and `\\` as escapes.
