@@ -277,20 +277,18 @@ const TABLE: &[(&str, Verdict)] = &[
 ];
 
 fn policy() -> Policy {
-    Policy::new(vec![Layer::parse(POLICY, "table.toml", Format::Toml).unwrap()], vec![])
+    policy_from(POLICY, "table.toml")
 }
 
 fn ctx() -> Context {
     Context::new(Path::new("/work/ws"), Path::new("/work/ws"))
 }
 
-#[test]
-fn table_of_commands() {
-    assert!(TABLE.len() >= 150, "the table has {} rows", TABLE.len());
-    let p = policy();
+/// Every row of `table` decided under `policy`: the rows decided otherwise.
+fn assert_table(policy: &Policy, table: &[(&str, Verdict)]) {
     let mut failures = Vec::new();
-    for (script, want) in TABLE {
-        let d = decide(&p, Input::Script(script), &ctx()).expect("decides");
+    for (script, want) in table {
+        let d = decide(policy, Input::Script(script), &ctx()).expect("decides");
         if d.decision != *want {
             failures.push(format!("{script:?}: want {want}, got {} — {}", d.decision, d.summary()));
         }
@@ -299,9 +297,19 @@ fn table_of_commands() {
         failures.is_empty(),
         "{} of {} rows wrong:\n{}",
         failures.len(),
-        TABLE.len(),
+        table.len(),
         failures.join("\n")
     );
+}
+
+fn policy_from(toml: &str, name: &str) -> Policy {
+    Policy::new(vec![Layer::parse(toml, name, Format::Toml).unwrap()], vec![])
+}
+
+#[test]
+fn table_of_commands() {
+    assert!(TABLE.len() >= 150, "the table has {} rows", TABLE.len());
+    assert_table(&policy(), TABLE);
 }
 
 #[test]
@@ -506,24 +514,7 @@ const DEFAULT_ALLOW_TABLE: &[(&str, Verdict)] = &[
 
 #[test]
 fn default_allow_table() {
-    let p = Policy::new(
-        vec![Layer::parse(DEFAULT_ALLOW, "allow.toml", Format::Toml).unwrap()],
-        vec![],
-    );
-    let mut failures = Vec::new();
-    for (script, want) in DEFAULT_ALLOW_TABLE {
-        let d = decide(&p, Input::Script(script), &ctx()).expect("decides");
-        if d.decision != *want {
-            failures.push(format!("{script:?}: want {want}, got {} — {}", d.decision, d.summary()));
-        }
-    }
-    assert!(
-        failures.is_empty(),
-        "{} of {} rows wrong:\n{}",
-        failures.len(),
-        DEFAULT_ALLOW_TABLE.len(),
-        failures.join("\n")
-    );
+    assert_table(&policy_from(DEFAULT_ALLOW, "allow.toml"), DEFAULT_ALLOW_TABLE);
 }
 
 /// An allowlist policy (every command not named asks), as a careful operator
@@ -609,22 +600,5 @@ const ALLOWLIST_TABLE: &[(&str, Verdict)] = &[
 
 #[test]
 fn allowlist_table() {
-    let p = Policy::new(
-        vec![Layer::parse(ALLOWLIST, "allowlist.toml", Format::Toml).unwrap()],
-        vec![],
-    );
-    let mut failures = Vec::new();
-    for (script, want) in ALLOWLIST_TABLE {
-        let d = decide(&p, Input::Script(script), &ctx()).expect("decides");
-        if d.decision != *want {
-            failures.push(format!("{script:?}: want {want}, got {} — {}", d.decision, d.summary()));
-        }
-    }
-    assert!(
-        failures.is_empty(),
-        "{} of {} rows wrong:\n{}",
-        failures.len(),
-        ALLOWLIST_TABLE.len(),
-        failures.join("\n")
-    );
+    assert_table(&policy_from(ALLOWLIST, "allowlist.toml"), ALLOWLIST_TABLE);
 }
