@@ -29,7 +29,9 @@ TETHER_EXEC_BIN="$shipped" cargo test --tests --no-fail-fast -- --exact \
   --skip a_finished_landing_reports_what_the_landing_decided \
   --skip a_landing_whose_start_the_store_lost_is_given_up_once \
   --skip a_finished_landing_moves_the_workspace_generation_on \
-  --skip an_unreadable_landing_journal_is_given_up_once
+  --skip an_unreadable_landing_journal_is_given_up_once \
+  --skip a_landing_journal_of_a_run_the_store_does_not_have_is_given_up_unapplied \
+  --skip a_landing_whose_start_cannot_be_synced_lands_nothing_until_approved_again
 
 scripts/test-python.sh
 scripts/approval-demo.sh >/dev/null && echo "approval demo: ok"
