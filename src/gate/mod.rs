@@ -203,10 +203,21 @@ pub fn decide(policy: &Policy, input: Input<'_>, ctx: &Context) -> Result<Decisi
             })]
         }
     };
+    // Every name the script unsets, wherever (a function body is judged
+    // where it is defined, before an `unset` that runs before it is called).
+    let unset_anywhere: Vec<String> = units
+        .iter()
+        .filter_map(|u| match u {
+            Unit::Command(s) if s.words.first().and_then(Word::lit) == Some("unset") => Some(&s.words[1..]),
+            _ => None,
+        })
+        .flat_map(|args| args.iter().map(|w| w.lit().unwrap_or("*").to_string()))
+        .collect();
     // Functions count from their definition on, as the units come in order.
     let mut g = Gate {
         functions: Vec::new(),
         outer_functions: Vec::new(),
+        unset_anywhere,
         calling_function: false,
         policy,
         globs: std::cell::OnceCell::new(),
@@ -312,6 +323,8 @@ fn example_error(layer: &Layer, list: RuleList, example: &str, msg: &str, fix: &
 struct Gate<'a> {
     /// Functions the script defines (their bodies are judged where defined).
     functions: Vec<String>,
+    /// Names given to `unset` anywhere so far.
+    unset_anywhere: Vec<String>,
     /// The functions of the shells around the one being judged.
     outer_functions: Vec<Vec<String>>,
     /// The command being judged calls a function: by its bare name, not
@@ -435,6 +448,8 @@ impl Gate<'_> {
         let mut via: Vec<String> = Vec::new();
         // What an `xargs -I R` around this command replaces with its input.
         let mut filled_in_by_xargs: Option<String> = None;
+        // The command is run by `xargs`, which adds words from its input.
+        let mut under_xargs = false;
         loop {
             let shown = words_text(&words);
             let first = match &words[0] {
@@ -545,6 +560,32 @@ impl Gate<'_> {
                     );
                 }
             }
+            if under_xargs && normalize::runs_other_programs(&role) {
+                self.rules_only(&prog, &words, &shown);
+                self.push(
+                    shown,
+                    Verdict::Ask,
+                    format!(
+                        "`xargs` adds words read at run time to `{}`, which may name what it runs",
+                        prog.name
+                    ),
+                    "parser",
+                );
+                return;
+            }
+            if normalize::hides_an_option(&role, &words) {
+                self.rules_only(&prog, &words, &shown);
+                self.push(
+                    shown,
+                    Verdict::Ask,
+                    format!(
+                        "`{}` has a word only known at run time where an option could be",
+                        prog.name
+                    ),
+                    "parser",
+                );
+                return;
+            }
             if let Some(why) = normalize::runs_code_from_an_option(&prog.name, &words) {
                 self.rules_only(&prog, &words, &shown);
                 self.push(shown, Verdict::Ask, format!("not understood: {why}"), "parser");
@@ -574,6 +615,7 @@ impl Gate<'_> {
                     _ => words.len(),
                 };
                 filled_in_by_xargs = normalize::xargs_replace_string(&words[..own]);
+                under_xargs = true;
             }
             match unwrapped {
                 Unwrapped::Final => {}
@@ -591,7 +633,14 @@ impl Gate<'_> {
                             self.rules_only(&inner, &words[i..], &words_text(&words[i..]));
                         }
                     }
-                    if self.allowed_by_rule_in_every_layer(&prog, &words) {
+                    // Allowed as it is by a rule, unless its arguments hold
+                    // something the suffix scan cannot follow: a shell, a
+                    // wrapper, git (its options), a word only known at run time.
+                    let plain = words[1..].iter().all(|w| {
+                        w.lit()
+                            .is_some_and(|w| !normalize::runs_other_programs(&normalize::program(w).base))
+                    });
+                    if plain && self.allowed_by_rule_in_every_layer(&prog, &words) {
                         self.final_command(&prog, &words, &shown);
                     } else {
                         self.rules_only(&prog, &words, &shown);
@@ -716,10 +765,19 @@ impl Gate<'_> {
             };
             // `unset NAME` unsets a function of that name when no variable has it.
             if prog.name == "unset" {
-                let names: Vec<&str> = words.iter().skip(1).filter_map(Word::lit).collect();
-                self.functions.retain(|f| !names.contains(&f.as_str()));
+                if words.iter().skip(1).any(|w| w.lit().is_none()) {
+                    // A name only known at run time: any function may be gone.
+                    self.unset_anywhere.push("*".into());
+                }
+                self.unset_anywhere
+                    .extend(words.iter().skip(1).filter_map(Word::lit).map(str::to_string));
             }
-            self.calling_function = via.is_empty() && !first.contains('/') && self.functions.contains(&prog.name);
+            // A function unset anywhere, even in a body judged before it was
+            // defined, may be gone when it is called: the program runs.
+            self.calling_function = via.is_empty()
+                && !first.contains('/')
+                && self.functions.contains(&prog.name)
+                && !self.unset_anywhere.iter().any(|n| n == "*" || *n == prog.name);
             self.final_command(&prog, &argv, &format!("{prefix}{}", words_text(&argv)));
             self.calling_function = false;
             return;

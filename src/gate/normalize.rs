@@ -139,15 +139,26 @@ fn skip_options(words: &[Word], start: usize, flags: &[&str], valued: &[&str], w
                 continue;
             }
         }
-        // Short option with attached value: `-n10`, `-uroot`.
-        if w.len() > 2 && !w.starts_with("--") && valued.contains(&&w[..2]) {
-            i += 1;
-            continue;
-        }
-        // Clustered short flags: `-rt`.
-        if !w.starts_with("--") && w[1..].chars().all(|c| flags.contains(&format!("-{c}").as_str())) {
-            i += 1;
-            continue;
+        // A cluster of short options, as getopt reads it: flags, then at
+        // most one that takes a value, the rest of the word or the next
+        // (`-rt`, `-n10`, `-0I{}`, `-rI {}`).
+        if !w.starts_with("--") {
+            let mut next = None;
+            for (at, c) in w.char_indices().skip(1) {
+                let opt = format!("-{c}");
+                if flags.contains(&opt.as_str()) {
+                    continue;
+                }
+                if valued.contains(&opt.as_str()) {
+                    next = Some(if at + c.len_utf8() < w.len() { i + 1 } else { i + 2 });
+                }
+                break;
+            }
+            let all_flags = w[1..].chars().all(|c| flags.contains(&format!("-{c}").as_str()));
+            if let Some(n) = next.or(all_flags.then_some(i + 1)) {
+                i = n;
+                continue;
+            }
         }
         return Err(format!(
             "`{who}` option `{w}` is not one the gate knows; it cannot tell what runs"
@@ -318,6 +329,9 @@ pub fn unwrap(prog: &str, words: &[Word]) -> Unwrapped {
                 "--replace",
                 "--eof",
                 "--max-lines",
+                "-i",
+                "-e",
+                "-l",
             ],
             &[
                 "-a",
@@ -511,18 +525,13 @@ fn shell(prog: &str, words: &[Word]) -> Unwrapped {
 /// A path that names a stream rather than a file: standard input, an open
 /// descriptor (`/dev/fd/3`, `/proc/self/fd/0`, `/proc/1234/fd/3`).
 pub fn reads_a_stream(path: &str) -> bool {
-    let path = path.trim_end_matches('/');
-    if matches!(path, "/dev/stdin" | "/dev/tty" | "/dev/tcp" | "/dev/udp") || path.starts_with("/dev/fd/") {
-        return true;
-    }
-    let Some(rest) = path.strip_prefix("/proc/") else {
-        return path.starts_with("/dev/tcp/") || path.starts_with("/dev/udp/");
-    };
-    let mut parts = rest.split('/');
-    let (Some(pid), Some(fd)) = (parts.next(), parts.next()) else {
-        return false;
-    };
-    (pid == "self" || pid == "thread-self" || pid.chars().all(|c| c.is_ascii_digit())) && fd == "fd"
+    // However it is spelled (`/dev//stdin`, `/dev/./stdin`, `../../dev/stdin`,
+    // `/proc/self/root/dev/stdin`, `/proc/self/./fd/0`).
+    let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty() && *p != ".").collect();
+    parts.windows(2).any(|w| {
+        matches!(w, ["dev", "stdin" | "tty" | "fd" | "tcp" | "udp"])
+            || (w[1] == "fd" && (w[0] == "self" || w[0] == "thread-self" || w[0].chars().all(|c| c.is_ascii_digit())))
+    })
 }
 
 /// Programs that run another program given in their arguments, whose
@@ -580,6 +589,106 @@ pub const UNPARSED_EXEC_WRAPPERS: &[&str] = &[
     "hyperfine",
 ];
 
+/// Programs that run another program named in their arguments (or read
+/// their options from them), as the gate models them.
+pub fn runs_other_programs(prog: &str) -> bool {
+    is_interpreter(prog)
+        || UNPARSED_EXEC_WRAPPERS.contains(&prog)
+        || matches!(
+            prog,
+            "env"
+                | "timeout"
+                | "nice"
+                | "nohup"
+                | "builtin"
+                | "setsid"
+                | "stdbuf"
+                | "ionice"
+                | "time"
+                | "command"
+                | "exec"
+                | "xargs"
+                | "sudo"
+                | "doas"
+                | "watch"
+                | "find"
+                | "git"
+                | "tar"
+                | "eval"
+                | "source"
+                | "."
+        )
+}
+
+/// Programs whose options decide what they run: a word among their
+/// arguments that bash expands into words (`{-exec,rm}`) or fills in
+/// (`$(echo -exec)`) could be any option. For `find`, a word that is the
+/// operand of a test (`-name "$pattern"`) is only a value.
+pub fn hides_an_option(prog: &str, words: &[Word]) -> bool {
+    const FIND_OPERANDS: &[&str] = &[
+        "-name",
+        "-iname",
+        "-path",
+        "-ipath",
+        "-wholename",
+        "-iwholename",
+        "-regex",
+        "-iregex",
+        "-lname",
+        "-ilname",
+        "-type",
+        "-xtype",
+        "-size",
+        "-newer",
+        "-user",
+        "-group",
+        "-perm",
+        "-mtime",
+        "-mmin",
+        "-atime",
+        "-amin",
+        "-ctime",
+        "-cmin",
+        "-maxdepth",
+        "-mindepth",
+        "-links",
+        "-inum",
+        "-samefile",
+        "-used",
+        "-fstype",
+        "-uid",
+        "-gid",
+        "-printf",
+    ];
+    if !matches!(
+        prog,
+        "find" | "hash" | "tar" | "xargs" | "env" | "set" | "shopt" | "mapfile" | "readarray"
+    ) {
+        return false;
+    }
+    // `find`'s starting points come before its first test or action.
+    let first_expression = words
+        .iter()
+        .skip(1)
+        .position(|w| w.lit().is_some_and(|w| w.starts_with('-') || w == "(" || w == "!"))
+        .map_or(words.len(), |p| p + 1);
+    words.iter().enumerate().skip(1).any(|(i, w)| match w {
+        Word::Lit(_) => false,
+        Word::Pattern(p) => p.contains('{'),
+        Word::Dynamic(raw) => {
+            let quoted = raw.starts_with('"');
+            let operand = prog == "find"
+                && ((i < first_expression && quoted)
+                    || words
+                        .get(i - 1)
+                        .and_then(Word::lit)
+                        .is_some_and(|o| FIND_OPERANDS.contains(&o)));
+            let unquoted_fill = raw.starts_with("$(") || raw.starts_with('`') || raw.starts_with('$');
+            !operand && (prog == "find" || unquoted_fill)
+        }
+    })
+}
+
 /// `tar` options that make it run a program.
 /// A compressor `tar -I`/`--use-compress-program` may name and still be
 /// understood: it runs that program on the archive, nothing else.
@@ -597,8 +706,9 @@ fn tar_runs_a_program(words: &[Word]) -> bool {
         "--rsh-command",
     ];
     let known_compressor = |v: Option<&str>| {
-        v.and_then(|v| v.split_whitespace().next())
-            .is_some_and(|p| COMPRESSORS.contains(&p) && v.is_some_and(|v| !v.contains([';', '|', '&', '$', '`'])))
+        v.and_then(|v| v.split_whitespace().next()).is_some_and(|p| {
+            COMPRESSORS.contains(&p) && v.is_some_and(|v| !v.contains([';', '|', '&', '$', '`', '\n', '<', '>']))
+        })
     };
     let args: Vec<Option<&str>> = words.iter().skip(1).map(Word::lit).collect();
     args.iter().enumerate().any(|(i, w)| {
@@ -608,17 +718,23 @@ fn tar_runs_a_program(words: &[Word]) -> bool {
         if let Some(long) = w.strip_prefix("--") {
             // GNU tar takes any unambiguous abbreviation of a long option.
             let (name, value) = long.split_once('=').map_or((long, None), |(n, v)| (n, Some(v)));
-            let Some(opt) = RUNS.iter().find(|o| name.len() >= 3 && o[2..].starts_with(name)) else {
+            // An option's whole name wins over an abbreviation of another.
+            if name == "checkpoint" {
+                return false;
+            }
+            let Some(opt) = RUNS.iter().find(|o| name.len() >= 2 && o[2..].starts_with(name)) else {
                 return false;
             };
             let value = value.or_else(|| args.get(i + 1).copied().flatten());
             return !(*opt == "--use-compress-program" && known_compressor(value));
         }
-        // `-I PROG`, `-IPROG`, `-cIf`, `-F SCRIPT`, and the old style `tar cIf` (first word).
-        let Some(short) = w.strip_prefix('-').or((i == 0).then_some(w)) else {
+        // `-I PROG`, `-IPROG`, `-cIf`, `-F SCRIPT`; the old style (`tar cIf`,
+        // first word), whose values follow in the order of its letters, asks.
+        let old_style = i == 0 && !w.starts_with('-');
+        let Some(short) = w.strip_prefix('-').or(old_style.then_some(w)) else {
             return false;
         };
-        if short.contains('F') {
+        if short.contains('F') || (old_style && short.contains('I')) {
             return true;
         }
         match short.find('I') {
@@ -657,6 +773,29 @@ pub fn runs_code_from_an_option(prog: &str, words: &[Word]) -> Option<String> {
             Some("`set -H`/`-k` changes how bash reads the commands that follow".into())
         }
         "hash" if has(&['p']) => Some("`hash -p` changes which file a command name runs".into()),
+        "jobs" if has(&['x']) => Some("`jobs -x` runs a command".into()),
+        "cargo"
+            if words
+                .iter()
+                .skip(1)
+                .filter_map(Word::lit)
+                .any(|w| w.starts_with("--config")) =>
+        {
+            Some("`cargo --config` can name a program to run (a runner, a wrapper)".into())
+        }
+        "shopt"
+            if has(&['o'])
+                && words
+                    .iter()
+                    .skip(1)
+                    .filter_map(Word::lit)
+                    .any(|w| matches!(w, "history" | "histexpand" | "keyword")) =>
+        {
+            Some("`shopt -o` changes how bash reads the commands that follow".into())
+        }
+        "let" if words.iter().skip(1).any(|w| !matches!(w, Word::Lit(_))) => {
+            Some("`let` evaluates text known only at run time, substitutions in subscripts included".into())
+        }
         "declare" | "typeset" | "local" if has(&['n']) => Some(format!(
             "`{prog} -n` makes a name reference, through which assignments reach a variable never named"
         )),
@@ -668,32 +807,58 @@ pub fn runs_code_from_an_option(prog: &str, words: &[Word]) -> Option<String> {
 /// (`-I R`, `-IR`, `--replace=R`; `-i` and `--replace` mean `{}`).
 pub fn xargs_replace_string(words: &[Word]) -> Option<String> {
     let args: Vec<&str> = words.iter().skip(1).map_while(Word::lit).collect();
+    // The last one given counts.
+    let mut found = None;
     for (i, w) in args.iter().enumerate() {
         match *w {
-            "-I" => return args.get(i + 1).map(|r| r.to_string()),
-            "-i" | "--replace" => return Some("{}".into()),
-            _ if w.starts_with("--replace=") => return Some(w["--replace=".len()..].to_string()),
-            _ if w.starts_with("-I") => return Some(w[2..].to_string()),
-            _ if w.starts_with("-i") && !w.starts_with("--") => return Some(w[2..].to_string()),
+            "-I" => found = args.get(i + 1).map(|r| r.to_string()),
+            "-i" | "--replace" => found = Some("{}".into()),
+            _ if w.starts_with("--replace=") => found = Some(w["--replace=".len()..].to_string()),
+            _ if w.starts_with("-I") => found = Some(w[2..].to_string()),
+            _ if w.starts_with("-i") && !w.starts_with("--") => found = Some(w[2..].to_string()),
             _ => {}
         }
     }
-    None
+    found
 }
 
 /// git subcommands given an option that runs a program (`git grep -O CMD`,
 /// `git rebase --exec CMD`, `git difftool -x CMD`), or that run commands
 /// by design (`git bisect run`, `git submodule foreach`).
 pub fn git_runs_a_program(argv: &[Word]) -> Option<String> {
+    // Long options naming a program to run, in any subcommand; git takes
+    // any unambiguous abbreviation (`--ope`, `--ex`).
+    const LONG: &[&str] = &[
+        "upload-pack",
+        "receive-pack",
+        "exec",
+        "open-files-in-pager",
+        "extcmd",
+        "tool",
+        "config",
+        "template",
+    ];
     let sub = argv.get(1).and_then(Word::lit)?;
-    let args = || argv.iter().skip(2).filter_map(Word::lit);
-    let starts = |prefixes: &[&str]| args().any(|a| prefixes.iter().any(|p| a.starts_with(p)));
-    let runs = match sub {
-        "grep" => starts(&["-O", "--open-files-in-pager", "--open-files"]),
-        "rebase" => starts(&["-x", "--exec", "--exe"]),
-        "difftool" | "mergetool" => starts(&["-x", "--extcmd", "--tool-help", "-t", "--tool"]),
-        "bisect" => args().next() == Some("run"),
-        "submodule" => args().any(|a| a == "foreach"),
+    // Short options that take a program, per subcommand.
+    let short: &[char] = match sub {
+        "grep" => &['O'],
+        "rebase" => &['x'],
+        "difftool" | "mergetool" => &['x', 't'],
+        "clone" | "ls-remote" => &['u'],
+        _ => &[],
+    };
+    let mut args = argv.iter().skip(2);
+    let runs = args.clone().any(|a| match a.lit() {
+        None => false,
+        Some(a) if a.starts_with("--") => {
+            let name = a[2..].split('=').next().unwrap_or("");
+            name.len() >= 2 && LONG.iter().any(|o| o.starts_with(name))
+        }
+        Some(a) if a.starts_with('-') && a.len() > 1 => a[1..].contains(short),
+        _ => false,
+    }) || match sub {
+        "bisect" => args.next().and_then(Word::lit) == Some("run"),
+        "submodule" => args.any(|a| a.lit() == Some("foreach")),
         "filter-branch" | "filter-repo" => true,
         _ => false,
     };
@@ -751,7 +916,10 @@ pub fn find_exec_ranges(words: &[Word]) -> Vec<(usize, usize)> {
         if matches!(lit(words, i), Some("-exec" | "-execdir" | "-ok" | "-okdir")) {
             let start = i + 1;
             let mut end = start;
-            while end < words.len() && !matches!(lit(words, end), Some(";" | "+")) {
+            while end < words.len()
+                && !(lit(words, end) == Some(";")
+                    || (lit(words, end) == Some("+") && lit(words, end - 1) == Some("{}")))
+            {
                 end += 1;
             }
             out.push((start, end));

@@ -233,7 +233,14 @@ impl Walker {
         match c {
             ast::Command::Simple(s) => self.simple(s, depth, cwd),
             ast::Command::Compound(cc, redirects) => {
-                self.compound(cc, depth, cwd);
+                // A redirect that fails skips the body.
+                if redirects.is_some() {
+                    self.uncertain += 1;
+                    self.compound(cc, depth, cwd);
+                    self.uncertain -= 1;
+                } else {
+                    self.compound(cc, depth, cwd);
+                }
                 if let Some(r) = redirects {
                     let redirects = self.redirects(&r.0, depth, cwd);
                     self.bare_redirects(redirects, depth, cwd);
@@ -476,7 +483,19 @@ impl Walker {
                     {
                         self.opaque("a here-document line that starts with its delimiter", &doc.doc.value);
                     }
-                    if !doc.requires_expansion && evaluates_a_subscript(&doc.doc.value) {
+                    if doc.requires_expansion && doc.doc.value.contains("\\\n") {
+                        // Bash joins a backslash-newline in an unquoted body
+                        // (ending it early, or making `$\` + `(` a substitution);
+                        // the parser does not.
+                        self.opaque("a here-document with a line continuation in its body", &doc.doc.value);
+                    }
+                    // Unquoted, `\$(` is text after expansion.
+                    let text = if doc.requires_expansion {
+                        doc.doc.value.replace("\\$", "$").replace("\\`", "`")
+                    } else {
+                        doc.doc.value.clone()
+                    };
+                    if evaluates_a_subscript(&text) {
                         // Read into a variable, it runs if evaluated as a subscript.
                         self.opaque(
                             "a here-document with a command substitution inside `[...]` in its text",
@@ -652,7 +671,7 @@ impl Walker {
             // parser keeps it as text.
             self.opaque("a process substitution inside a pattern", raw);
         }
-        if evaluates_a_subscript(&text) {
+        if evaluates_a_subscript(&text) || (dynamic && evaluates_a_subscript(raw)) {
             // Text that runs a command if bash ever uses it as a variable name
             // or an arithmetic operand (`unset 'a[$(cmd)]'`, `x='a[$(cmd)]';
             // echo $((x))`): bash evaluates subscripts, substitutions included.
@@ -749,7 +768,7 @@ impl Walker {
                     }
                     // `${x:-$(cmd)}` runs cmd; the parsed form keeps the inner text raw.
                     let src = format!("{:?}", p.piece);
-                    if src.contains("$(") || src.contains('`') || src.contains("<(") || src.contains(">(") {
+                    if holds_a_substitution(&src) || src.contains("<(") || src.contains(">(") {
                         self.opaque("a command substitution inside a parameter expansion", &src);
                     }
                 }
@@ -760,6 +779,13 @@ impl Walker {
                 }
                 WordPiece::BackquotedCommandSubstitution(s) => {
                     *dynamic = true;
+                    if quoted && s.contains("\\\"") {
+                        // Inside double quotes bash unescapes `\"` in a backquote too.
+                        self.opaque(
+                            "a backquoted substitution with an escaped quote inside double quotes",
+                            s,
+                        );
+                    }
                     let inner = unescape_backquoted(s);
                     let mut own = cwd.clone();
                     self.script(&inner, depth + 1, &mut own);
@@ -906,6 +932,11 @@ fn is_arithmetic_shaped(expr: &str) -> bool {
             }
             (b'$', Some(b'@' | b'*' | b'#' | b'?' | b'-' | b'$' | b'!')) => Some(i + 1),
             (b'`', _) => b[i + 1..].iter().position(|c| *c == b'`').map(|n| i + 1 + n),
+            // Bash removes double quotes in arithmetic (`(( "$n" > 0 ))`).
+            (b'"', _) => {
+                i += 1;
+                continue;
+            }
             _ => {
                 out.push(b[i] as char);
                 i += 1;
@@ -915,7 +946,8 @@ fn is_arithmetic_shaped(expr: &str) -> bool {
         let Some(end) = end else {
             return false;
         };
-        out.push('1');
+        // Blanks around it: `rm${IFS}x` is two operands, not the name `rm1x`.
+        out.push_str(" 1 ");
         i = end + 1;
     }
     guarded(|| brush_parser::arithmetic::parse(&out).is_ok()).unwrap_or(false)
@@ -927,9 +959,13 @@ fn is_arithmetic_shaped(expr: &str) -> bool {
 /// or as the value of a variable used in arithmetic.
 fn evaluates_a_subscript(text: &str) -> bool {
     text.match_indices('[').any(|(i, _)| {
+        // A subscript follows a name (`a[...]`); a test's `[ ... ]` does not.
+        let after_name = text[..i]
+            .chars()
+            .last()
+            .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
         let rest = &text[i + 1..];
-        rest.rfind(']')
-            .is_some_and(|end| rest[..end].contains("$(") || rest[..end].contains('`'))
+        after_name && rest.rfind(']').is_some_and(|end| holds_a_substitution(&rest[..end]))
     })
 }
 
@@ -938,7 +974,8 @@ fn evaluates_a_subscript(text: &str) -> bool {
 /// when bash evaluates the value again (as a subscript, in arithmetic, with
 /// `${x@P}`), which the gate cannot follow.
 fn holds_a_substitution(text: &str) -> bool {
-    text.contains("$(") || text.contains('`')
+    // `$((` is arithmetic, not a command.
+    text.match_indices("$(").any(|(i, _)| !text[i + 2..].starts_with('(')) || text.contains('`')
 }
 
 /// Backquoted substitutions treat `\$`, `` \` `` and `\\` as escapes.

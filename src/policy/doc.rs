@@ -435,10 +435,19 @@ pub fn is_dangerous_env(name: &str) -> bool {
         // makes `ls` run rm, `BASH_ALIASES[ls]=...` makes it run any text.
         "BASH_CMDS",
         "BASH_ALIASES",
+        // Options a program reads from the environment as if given.
+        "TAR_OPTIONS",
+        "GREP_OPTIONS",
+        "LESSOPEN",
+        "MAKEFLAGS",
+        "RUSTC_WRAPPER",
+        "RUSTC_WORKSPACE_WRAPPER",
+        "CARGO_BUILD_RUSTC_WRAPPER",
     ];
     EXACT.contains(&name)
         || name.starts_with("LD_")
         || name.starts_with("GIT_")
         || name.starts_with("BASH_FUNC_")
+        || (name.starts_with("CARGO_TARGET_") && name.ends_with("_RUNNER"))
         || name.starts_with("DYLD_")
 }
