@@ -560,7 +560,7 @@ impl Gate<'_> {
                     );
                 }
             }
-            if under_xargs && normalize::runs_other_programs(&role) {
+            if under_xargs && normalize::runs_other_programs(&role) && !normalize::takes_appended_words(&role, &words) {
                 self.rules_only(&prog, &words, &shown);
                 self.push(
                     shown,

@@ -620,10 +620,47 @@ pub fn runs_other_programs(prog: &str) -> bool {
         )
 }
 
+/// Whether `xargs` may append words to this command harmlessly: `git` with a
+/// subcommand that takes only paths and plain options, an interpreter that
+/// already has its program (`python3 -m black`, `python3 x.py`): the words
+/// become arguments, not the program.
+pub fn takes_appended_words(prog: &str, words: &[Word]) -> bool {
+    let args: Vec<&str> = words.iter().skip(1).map_while(Word::lit).collect();
+    match prog {
+        "git" => args.first().is_some_and(|sub| {
+            matches!(
+                *sub,
+                "add"
+                    | "rm"
+                    | "mv"
+                    | "checkout"
+                    | "restore"
+                    | "diff"
+                    | "log"
+                    | "show"
+                    | "blame"
+                    | "status"
+                    | "ls-files"
+                    | "cat-file"
+                    | "rev-parse"
+                    | "reset"
+                    | "hash-object"
+            )
+        }),
+        _ if is_interpreter(prog) && !SHELLS.contains(&prog) => {
+            args.iter().any(|a| !a.starts_with('-')) || args.iter().any(|a| matches!(*a, "-m" | "-c" | "-e"))
+        }
+        _ => false,
+    }
+}
+
 /// Programs whose options decide what they run: a word among their
-/// arguments that bash expands into words (`{-exec,rm}`) or fills in
-/// (`$(echo -exec)`) could be any option. For `find`, a word that is the
-/// operand of a test (`-name "$pattern"`) is only a value.
+/// arguments that bash fills in (`$(echo -exec)`, `-$(echo k)`,
+/// `--to-command=rm\ $x`) or expands from a glob (`{-exec,rm}`, `-exe?`, a
+/// `*` matching a file named `-exec`) could be any option. Exempt, narrowly:
+/// the value of a `find` test (`-name "$p"`), the words of a command `find`
+/// runs (judged as that command), a `tar` option's value, an `env`
+/// assignment.
 pub fn hides_an_option(prog: &str, words: &[Word]) -> bool {
     const FIND_OPERANDS: &[&str] = &[
         "-name",
@@ -659,6 +696,17 @@ pub fn hides_an_option(prog: &str, words: &[Word]) -> bool {
         "-uid",
         "-gid",
         "-printf",
+        "-context",
+    ];
+    const TAR_VALUED: &[&str] = &[
+        "-C",
+        "--directory",
+        "-f",
+        "--file",
+        "-T",
+        "--files-from",
+        "-X",
+        "--exclude-from",
     ];
     if !matches!(
         prog,
@@ -666,27 +714,48 @@ pub fn hides_an_option(prog: &str, words: &[Word]) -> bool {
     ) {
         return false;
     }
-    // `find`'s starting points come before its first test or action.
-    let first_expression = words
-        .iter()
-        .skip(1)
-        .position(|w| w.lit().is_some_and(|w| w.starts_with('-') || w == "(" || w == "!"))
-        .map_or(words.len(), |p| p + 1);
-    words.iter().enumerate().skip(1).any(|(i, w)| match w {
-        Word::Lit(_) => false,
-        Word::Pattern(p) => p.contains('{'),
-        Word::Dynamic(raw) => {
-            let quoted = raw.starts_with('"');
-            let operand = prog == "find"
-                && ((i < first_expression && quoted)
-                    || words
-                        .get(i - 1)
-                        .and_then(Word::lit)
-                        .is_some_and(|o| FIND_OPERANDS.contains(&o)));
-            let unquoted_fill = raw.starts_with("$(") || raw.starts_with('`') || raw.starts_with('$');
-            !operand && (prog == "find" || unquoted_fill)
+    let exec = if prog == "find" {
+        find_exec_ranges(words)
+    } else {
+        Vec::new()
+    };
+    let mut operand_next = false;
+    for (i, w) in words.iter().enumerate().skip(1) {
+        if exec.iter().any(|&(a, b)| i >= a.saturating_sub(1) && i <= b) {
+            operand_next = false;
+            continue; // `-exec`, its command and its terminator
         }
-    })
+        if std::mem::take(&mut operand_next) {
+            continue; // a test's or an option's value, whatever it is
+        }
+        match w {
+            Word::Lit(l) => {
+                operand_next = match prog {
+                    "find" => FIND_OPERANDS.contains(&l.as_str()) || l.starts_with("-newer"),
+                    // `-cf FILE`, `-C DIR`: a short cluster ending in a valued letter.
+                    "tar" => {
+                        TAR_VALUED.contains(&l.as_str())
+                            || (l.starts_with('-') && !l.starts_with("--") && l.ends_with(['f', 'C', 'T', 'X']))
+                            || (i == 1 && !l.starts_with('-') && l.ends_with(['f', 'C']))
+                    }
+                    _ => false,
+                };
+            }
+            Word::Pattern(_) => return true,
+            Word::Dynamic(raw) => {
+                // `NAME=$value` for env; `--opt=` is a value only when its
+                // option is known harmless, which the gate does not list.
+                let assignment = prog == "env"
+                    && raw.split_once('=').is_some_and(|(n, _)| {
+                        !n.is_empty() && n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+                    });
+                if !assignment {
+                    return true;
+                }
+            }
+        }
+    }
+    false
 }
 
 /// `tar` options that make it run a program.
@@ -778,7 +847,7 @@ pub fn runs_code_from_an_option(prog: &str, words: &[Word]) -> Option<String> {
             if words
                 .iter()
                 .skip(1)
-                .filter_map(Word::lit)
+                .map_while(|w| w.lit().filter(|w| *w != "--"))
                 .any(|w| w.starts_with("--config")) =>
         {
             Some("`cargo --config` can name a program to run (a runner, a wrapper)".into())
@@ -852,7 +921,7 @@ pub fn git_runs_a_program(argv: &[Word]) -> Option<String> {
         None => false,
         Some(a) if a.starts_with("--") => {
             let name = a[2..].split('=').next().unwrap_or("");
-            name.len() >= 2 && LONG.iter().any(|o| o.starts_with(name))
+            name.len() >= 2 && !matches!(name, "to" | "cc") && LONG.iter().any(|o| o.starts_with(name))
         }
         Some(a) if a.starts_with('-') && a.len() > 1 => a[1..].contains(short),
         _ => false,

@@ -960,12 +960,14 @@ fn is_arithmetic_shaped(expr: &str) -> bool {
 fn evaluates_a_subscript(text: &str) -> bool {
     text.match_indices('[').any(|(i, _)| {
         // A subscript follows a name (`a[...]`); a test's `[ ... ]` does not.
+        // (or opens on a substitution, its name joined on later: `printf -v
+        // z %s%s a '[$(cmd)]'`).
         let after_name = text[..i]
             .chars()
             .last()
             .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
         let rest = &text[i + 1..];
-        after_name && rest.rfind(']').is_some_and(|end| holds_a_substitution(&rest[..end]))
+        (after_name || rest.starts_with("$(")) && rest.rfind(']').is_some_and(|end| holds_a_substitution(&rest[..end]))
     })
 }
 
@@ -974,8 +976,29 @@ fn evaluates_a_subscript(text: &str) -> bool {
 /// when bash evaluates the value again (as a subscript, in arithmetic, with
 /// `${x@P}`), which the gate cannot follow.
 fn holds_a_substitution(text: &str) -> bool {
-    // `$((` is arithmetic, not a command.
-    text.match_indices("$(").any(|(i, _)| !text[i + 2..].starts_with('(')) || text.contains('`')
+    text.match_indices("$(")
+        .any(|(i, _)| !is_arithmetic_expansion(&text[i + 2..]))
+        || text.contains('`')
+}
+
+/// Whether the text after a `$(` makes it `$((...))`, arithmetic: a second
+/// `(` whose match is followed at once by the closing `)`. `$((cmd) )` is a
+/// command substitution holding a subshell.
+fn is_arithmetic_expansion(after: &str) -> bool {
+    let Some(inner) = after.strip_prefix('(') else {
+        return false;
+    };
+    let mut depth = 0usize;
+    let b = inner.as_bytes();
+    for (j, &c) in b.iter().enumerate() {
+        match c {
+            b'(' => depth += 1,
+            b')' if depth == 0 => return b.get(j + 1) == Some(&b')'),
+            b')' => depth -= 1,
+            _ => {}
+        }
+    }
+    false
 }
 
 /// Backquoted substitutions treat `\$`, `` \` `` and `\\` as escapes.
