@@ -492,7 +492,7 @@ impl Gate<'_> {
             // `/usr/lib/git-core/git-push` is `git push`.
             let in_gits_dir = first
                 .rsplit_once('/')
-                .is_some_and(|(dir, _)| dir.ends_with("git-core") || normalize::program(&first).name != first);
+                .is_some_and(|(dir, _)| dir.ends_with("git-core") || prog.name != first);
             if let Some(sub) = prog.base.strip_prefix("git-").filter(|s| !s.is_empty() && in_gits_dir) {
                 let sub = sub.to_string();
                 words.splice(0..1, [Word::Lit("git".into()), Word::Lit(sub)]);
@@ -561,34 +561,31 @@ impl Gate<'_> {
                 }
             }
             if under_xargs && normalize::runs_other_programs(&role) && !normalize::takes_appended_words(&role, &words) {
-                self.rules_only(&prog, &words, &shown);
-                self.push(
+                self.ask_after_rules(
+                    &prog,
+                    &words,
                     shown,
-                    Verdict::Ask,
                     format!(
                         "`xargs` adds words read at run time to `{}`, which may name what it runs",
                         prog.name
                     ),
-                    "parser",
                 );
                 return;
             }
             if normalize::hides_an_option(&role, &words) {
-                self.rules_only(&prog, &words, &shown);
-                self.push(
+                self.ask_after_rules(
+                    &prog,
+                    &words,
                     shown,
-                    Verdict::Ask,
                     format!(
                         "`{}` has a word only known at run time where an option could be",
                         prog.name
                     ),
-                    "parser",
                 );
                 return;
             }
             if let Some(why) = normalize::runs_code_from_an_option(&prog.name, &words) {
-                self.rules_only(&prog, &words, &shown);
-                self.push(shown, Verdict::Ask, format!("not understood: {why}"), "parser");
+                self.ask_after_rules(&prog, &words, shown, format!("not understood: {why}"));
                 return;
             }
             if prog.name == "hash" && words.iter().any(|w| w.lit() == Some("-p")) {
@@ -620,8 +617,7 @@ impl Gate<'_> {
             match unwrapped {
                 Unwrapped::Final => {}
                 Unwrapped::Ask(why) => {
-                    self.rules_only(&prog, &words, &shown);
-                    self.push(shown, Verdict::Ask, format!("not understood: {why}"), "parser");
+                    self.ask_after_rules(&prog, &words, shown, format!("not understood: {why}"));
                     return;
                 }
                 Unwrapped::Unparsed(why) => {
@@ -643,8 +639,7 @@ impl Gate<'_> {
                     if plain && self.allowed_by_rule_in_every_layer(&prog, &words) {
                         self.final_command(&prog, &words, &shown);
                     } else {
-                        self.rules_only(&prog, &words, &shown);
-                        self.push(shown, Verdict::Ask, format!("not understood: {why}"), "parser");
+                        self.ask_after_rules(&prog, &words, shown, format!("not understood: {why}"));
                     }
                     return;
                 }
@@ -746,14 +741,12 @@ impl Gate<'_> {
                             .chain(words[i..].iter().cloned())
                             .collect();
                         if let Some(why) = normalize::git_runs_a_program(&argv) {
-                            self.rules_only(&prog, &argv, &shown);
-                            self.push(shown, Verdict::Ask, format!("not understood: {why}"), "parser");
+                            self.ask_after_rules(&prog, &argv, shown, format!("not understood: {why}"));
                             return;
                         }
                     }
                     Err(why) => {
-                        self.rules_only(&prog, &words, &shown);
-                        self.push(shown, Verdict::Ask, why, "parser");
+                        self.ask_after_rules(&prog, &words, shown, why);
                         return;
                     }
                 }
@@ -807,6 +800,13 @@ impl Gate<'_> {
         if let Some(j) = best {
             self.out.push(j);
         }
+    }
+
+    /// What the gate does not understand asks, but a deny or ask rule naming
+    /// the program itself still counts.
+    fn ask_after_rules(&mut self, prog: &Program, words: &[Word], shown: String, reason: String) {
+        self.rules_only(prog, words, &shown);
+        self.push(shown, Verdict::Ask, reason, "parser");
     }
 
     /// For wrappers: only explicit deny/ask matches count (at least `floor`).
