@@ -440,6 +440,7 @@ const DEFAULT_ALLOW_TABLE: &[(&str, Verdict)] = &[
     ("/usr/local/libexec/git-core/git -C . push origin main", Q),
     ("/usr/bin/../bin/env git push origin main", Q),
     ("/usr/lib/git-core/git-push origin main", Q),
+    ("/home/me/.cargo/bin/cargo test --config 'target.x.runner=[\"sh\"]'", Q),
     // --- `time --`: the parser's program is bash's end of options -----------------------------
     ("time -- rm victim", D),
     ("time -p -- git push origin main", Q),

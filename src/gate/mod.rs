@@ -584,7 +584,7 @@ impl Gate<'_> {
                 );
                 return;
             }
-            if let Some(why) = normalize::runs_code_from_an_option(&prog.name, &words) {
+            if let Some(why) = normalize::runs_code_from_an_option(&role, &words) {
                 self.ask_after_rules(&prog, &words, shown, format!("not understood: {why}"));
                 return;
             }
