@@ -24,12 +24,24 @@
 //!   every byte is covered, even one a JSON parser would skip. The chain
 //!   alone is unkeyed: someone who can write the log can recompute it, and
 //!   it says nothing about records cut from the end.
-//! * **Database head** (`audit.sqlite`, table `head`). The seq and hash of
-//!   the last committed record, and the log's length after it, updated in
-//!   the same SQLite write transaction as every append (the length lets an
-//!   append see with one `fstat` that the log is not what the head says). It catches a cut tail (log shorter than the
-//!   head), a rewritten last record (hash differs from the head) and forged
-//!   records appended after it (log longer than the head).
+//! * **Head** (`head`, and `audit.sqlite` table `head`). The seq and hash of
+//!   the last committed record, and the log's length after it (the length
+//!   lets an append see with one `fstat` that the log is not what the head
+//!   says). It catches a cut tail (log shorter than the head), a rewritten
+//!   last record (hash differs from the head) and forged records appended
+//!   after it (log longer than the head). The head file is rewritten with
+//!   every record: one fixed-width line with a checksum of its own, written
+//!   with one `pwrite` at offset 0, which a killed process either made or
+//!   did not make. The database holds the head as of the last checkpoint,
+//!   written in the same transaction as the checkpoint; `verify` and an
+//!   append take whichever of the two is further on. Why not the database
+//!   alone, updated with every record, as the first design had it: every
+//!   command is a new process, and opening SQLite there (the WAL index
+//!   rebuilt in shared memory, the schema parsed) cost about 0.6 ms of CPU a
+//!   launch, competing for the cores with the sandbox being built, where
+//!   the whole append protocol on files costs tens of microseconds. The
+//!   evidence is the same: both files sit in the same directory with the
+//!   same owner, so whoever can rewrite one can rewrite the other.
 //! * **Signed checkpoints** (table `checkpoints`). Every 256 records, and on
 //!   [`AuditLog::checkpoint`], the host key signs
 //!   `"tether-exec audit checkpoint v1\n{seq}\n{hash}"`. Because `hash`
@@ -43,36 +55,46 @@
 //!
 //! # Append protocol
 //!
-//! `BEGIN IMMEDIATE` takes SQLite's write lock, which is also the lock that
-//! serializes appends across threads and processes. Under it we read the
-//! head, check that `log.jsonl` is still the file and the length the head
+//! An exclusive `flock` on the audit directory serializes appends across
+//! threads and processes (the directory, because it is the one thing in it
+//! that cannot be swapped for another file). Under it we read the head,
+//! check that `log.jsonl` is still the file and the length the head
 //! describes, compute the record, write the line with one `write` on an
-//! `O_APPEND` descriptor, update the head (and sign a checkpoint when due),
-//! and commit. Writing the line before committing means a failure at any
-//! step leaves the database describing the old, intact log; we also cut a
-//! partially written line back off. A process killed between the write and
-//! the commit leaves a line past the head, which `verify` reports as
-//! [`ProblemKind::ForgedAppend`] because it cannot tell it from a forgery;
-//! the next append moves such a tail to `quarantine-<seq>-<nanos>.jsonl`
-//! (kept as evidence, still reported by `verify` until an operator reviews
-//! and removes it) so that one crash does not stop all future commands. A
-//! log *shorter* than the head is never repaired automatically: appending
-//! would bury the gap, so `append` fails closed instead.
+//! `O_APPEND` descriptor, then write the head file, which commits the
+//! record. Every 256th record first commits a signed checkpoint and the
+//! head to the database, in one transaction, which is then its commit
+//! point: a process killed after that commit and before the head file's
+//! write leaves the head file one record behind, and the next append rolls
+//! it forward from the database. Writing the line before the head means a
+//! failure at any step leaves the head describing the old, intact log; we
+//! also cut a partially written line back off. A process killed between
+//! the write and the commit leaves a line past the head, which `verify`
+//! reports as [`ProblemKind::ForgedAppend`] because it cannot tell it from
+//! a forgery; the next append moves such a tail to
+//! `quarantine-<seq>-<nanos>.jsonl` (kept as evidence, still reported by
+//! `verify` until an operator reviews and removes it) so that one crash
+//! does not stop all future commands. A log *shorter* than the head is
+//! never repaired automatically: appending would bury the gap, so `append`
+//! fails closed instead. So does a head file that is not a head (edited,
+//! or torn by a power cut); moving it aside makes the next append start
+//! from the database's last checkpoint, keeping the later records in a
+//! quarantine file.
 //!
 //! Every failure to write is an error, never a panic or a silent skip: the
 //! caller must refuse to run a command it could not record. `verify` takes
-//! the same lock just long enough to read the head, the checkpoints and the
-//! log, so that an append caught between its write and its commit is not
-//! mistaken for a forgery; the hashing happens after the lock is released.
+//! the lock, shared, just long enough to read the heads, the checkpoints and
+//! the log, so that an append caught between its write and its commit is
+//! not mistaken for a forgery; the hashing happens after the lock is
+//! released.
 //!
 //! # Durability trade-off
 //!
-//! We neither fsync the log nor run SQLite with `synchronous=FULL`: an fsync
-//! per record costs milliseconds, which would dominate the launcher's own
-//! overhead. The price is that a power loss can drop the last records from
-//! the log or the database. Both directions are detected, not hidden: a
-//! short log is reported as `Truncated`, a log ahead of the database as
-//! `ForgedAppend`. An operator who needs hard durability can copy
+//! We neither fsync the log and the head file nor run SQLite with
+//! `synchronous=FULL`: an fsync per record costs milliseconds, which would
+//! dominate the launcher's own overhead. The price is that a power loss can
+//! drop the last records from the log or the head. Both directions are
+//! detected, not hidden: a short log is reported as `Truncated`, a log
+//! ahead of the head as `ForgedAppend`. An operator who needs hard durability can copy
 //! checkpoints off the host.
 //!
 //! # What `verify` reports
@@ -86,21 +108,23 @@
 //! * `Edited`: the record's hash does not match its content, the line is not
 //!   in canonical form (an added field, changed spacing), the next record
 //!   does not link to it although it is self-consistent (rewritten with a
-//!   recomputed hash), it differs from the database head, or a valid signed
-//!   checkpoint vouches for a different hash (log and database rewritten).
+//!   recomputed hash), it differs from the head, or a valid signed
+//!   checkpoint vouches for a different hash (log and heads rewritten).
+//!   Also a head file that is not a head (its `line` is 0), reported once
+//!   nothing else is wrong, after a walk against the database's head.
 //! * `Missing`: the seq jumps and the skipped record is nowhere in the log.
 //! * `Reordered`: the seq or `prev` points at a record that does exist, but
 //!   elsewhere in the log.
-//! * `Truncated`: the log ends before the database head, or before a validly
+//! * `Truncated`: the log ends before the head, or before a validly
 //!   signed checkpoint (which still catches a head rolled back with the log).
-//! * `ForgedAppend`: records past the database head and past every signed
+//! * `ForgedAppend`: records past the head and past every signed
 //!   checkpoint, or a quarantined tail (see above for the benign cause).
 //! * `BadCheckpoint`: a checkpoint signature does not verify with `host.pub`,
 //!   a required checkpoint (every multiple of 256 up to the head) is absent,
 //!   or the head lies behind a signed checkpoint.
 //!
-//! Limits: an attacker who can write both the log and the database can
-//! still cut records after the last checkpoint (and delete that one
+//! Limits: an attacker who can write the log, the head file and the
+//! database can still cut records after the last checkpoint (and delete that one
 //! checkpoint if it is not a multiple of 256); only a checkpoint copied off
 //! the host closes that window. Nothing here helps against someone holding
 //! the host key.
@@ -149,9 +173,10 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use ed25519_dalek::{Signature, Signer, SigningKey, VerifyingKey};
 use rusqlite::{Connection, OpenFlags};
@@ -161,6 +186,8 @@ use sha2::{Digest, Sha256};
 const AUDIT_DIR: &str = "audit";
 const LOG_FILE: &str = "log.jsonl";
 const DB_FILE: &str = "audit.sqlite";
+const HEAD_FILE: &str = "head";
+const HEAD_MAGIC: &str = "tether-exec audit head v1";
 const KEY_FILE: &str = "host.key";
 const PUB_FILE: &str = "host.pub";
 const QUARANTINE_PREFIX: &str = "quarantine-";
@@ -458,12 +485,20 @@ pub enum ProblemKind {
 }
 
 /// Writer for one state directory. Several may be open on the same
-/// directory, in one process or many; appends are serialized by SQLite.
+/// directory, in one process or many; appends are serialized by an
+/// exclusive `flock` on the audit directory (see "Append protocol").
 pub struct AuditLog {
     dir: PathBuf,
     log_path: PathBuf,
     log: File,
-    conn: Connection,
+    head_path: PathBuf,
+    head_file: File,
+    /// The audit directory itself, opened for its lock: the one file an
+    /// attacker cannot swap for another without replacing the directory.
+    dir_handle: File,
+    /// Opened when a checkpoint is due or the head must be looked up in it:
+    /// once every 256 records, not on every launch (see "Design").
+    conn: Option<Connection>,
     /// Loaded when a checkpoint is signed (every 256 records), not on every
     /// open: deriving the public half costs a scalar multiplication per launch.
     key: std::cell::OnceCell<SigningKey>,
@@ -471,19 +506,134 @@ pub struct AuditLog {
 
 impl Drop for AuditLog {
     fn drop(&mut self) {
-        crate::state::keep_wal_short(&self.conn, &self.dir.join(DB_FILE));
+        if let Some(conn) = &self.conn {
+            crate::state::keep_wal_short(conn, &self.dir.join(DB_FILE));
+        }
     }
 }
 
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct Head {
     seq: u64,
     hash: String,
     log_len: u64,
 }
 
+impl Head {
+    fn genesis() -> Head {
+        Head {
+            seq: 0,
+            hash: GENESIS_PREV.to_string(),
+            log_len: 0,
+        }
+    }
+}
+
+/// The head file's one line: fixed width, so that every update is one
+/// `pwrite` of the same length at offset 0, which a killed process either
+/// made or did not make, and which fits in one disk sector.
+fn encode_head(head: &Head) -> Vec<u8> {
+    let body = format!(
+        "{HEAD_MAGIC} seq={:020} log_len={:020} hash={}",
+        head.seq, head.log_len, head.hash
+    );
+    let check = hex::encode(&Sha256::digest(body.as_bytes())[..8]);
+    format!("{body} check={check}\n").into_bytes()
+}
+
+/// Reads a head file's content: `Ok(None)` for an empty file (never
+/// written), an error saying what is wrong for anything that is not a line
+/// [`encode_head`] wrote.
+fn decode_head(bytes: &[u8]) -> Result<Option<Head>, String> {
+    if bytes.is_empty() {
+        return Ok(None);
+    }
+    let bad = |what: &str| {
+        Err(format!(
+            "{what} (expected one line `{HEAD_MAGIC} seq=… log_len=… hash=… check=…`)"
+        ))
+    };
+    let Ok(text) = std::str::from_utf8(bytes) else {
+        return bad("not text");
+    };
+    let Some(line) = text.strip_suffix('\n').filter(|l| !l.contains('\n')) else {
+        return bad("not exactly one line");
+    };
+    let Some((body, check)) = line.rsplit_once(" check=") else {
+        return bad("no check field");
+    };
+    if hex::encode(&Sha256::digest(body.as_bytes())[..8]) != check {
+        return bad("its check does not match its content: it was edited or torn");
+    }
+    let fields: Vec<&str> = body.strip_prefix(HEAD_MAGIC).unwrap_or("").split(' ').collect();
+    let [_, seq, log_len, hash] = fields.as_slice() else {
+        return bad("wrong layout");
+    };
+    let number = |field: &str, name: &str| field.strip_prefix(name).and_then(|v| v.parse::<u64>().ok());
+    match (
+        number(seq, "seq="),
+        number(log_len, "log_len="),
+        hash.strip_prefix("hash=")
+            .filter(|h| decode_hex32(h.as_bytes()).is_some()),
+    ) {
+        (Some(seq), Some(log_len), Some(hash)) => Ok(Some(Head {
+            seq,
+            hash: hash.to_string(),
+            log_len,
+        })),
+        _ => bad("a field is malformed"),
+    }
+}
+
+/// Holds the audit directory's `flock` until dropped. It keeps the
+/// descriptor's number, not a borrow: the handle is owned by the
+/// [`AuditLog`] (or the caller) that outlives the guard.
+struct DirLock(std::os::fd::RawFd);
+
+impl Drop for DirLock {
+    fn drop(&mut self) {
+        // SAFETY: flock on a descriptor its owner keeps open for the guard's
+        // life; closing it would release the lock too, so a failure here
+        // cannot leave the lock held for longer than the descriptor.
+        unsafe { libc::flock(self.0, libc::LOCK_UN) };
+    }
+}
+
+/// Takes the directory's lock, shared (readers) or exclusive (appends).
+/// Polls rather than blocks, so that a holder stuck for `BUSY_TIMEOUT`
+/// makes this fail (closed) with a message instead of hanging the launcher.
+fn lock_dir(handle: &File, dir: &Path, exclusive: bool) -> Result<DirLock, AuditError> {
+    let mode = if exclusive { libc::LOCK_EX } else { libc::LOCK_SH };
+    let deadline = Instant::now() + BUSY_TIMEOUT;
+    let mut pause = Duration::from_micros(20);
+    loop {
+        // SAFETY: flock on a descriptor we own, with valid flags.
+        if unsafe { libc::flock(handle.as_raw_fd(), mode | libc::LOCK_NB) } == 0 {
+            return Ok(DirLock(handle.as_raw_fd()));
+        }
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::WouldBlock && err.raw_os_error() != Some(libc::EINTR) {
+            return Err(io_err(format!("cannot lock {}", dir.display()))(err));
+        }
+        if Instant::now() >= deadline {
+            return Err(AuditError::Io {
+                context: format!(
+                    "cannot lock {}: another process has held its lock for {} s",
+                    dir.display(),
+                    BUSY_TIMEOUT.as_secs()
+                ),
+                source: err,
+            });
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(2));
+    }
+}
+
 impl AuditLog {
     /// Opens (creating on first use) `<state_dir>/audit/`: the directory
-    /// (mode 0700), the database, the log and the host key.
+    /// (mode 0700), the log, the head file and the host key. The database
+    /// is opened later, only when needed.
     pub fn open(state_dir: &Path) -> Result<AuditLog, AuditError> {
         let dir = state_dir.join(AUDIT_DIR);
         fs::DirBuilder::new()
@@ -496,14 +646,23 @@ impl AuditLog {
         if !dir.join(KEY_FILE).exists() || !dir.join(PUB_FILE).exists() {
             let _ = key.set(load_or_create_key(&dir)?);
         }
-        let conn = open_db(&dir.join(DB_FILE))?;
+        let dir_handle = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+            .open(&dir)
+            .map_err(io_err(format!("cannot open {}", dir.display())))?;
         let log_path = dir.join(LOG_FILE);
         let log = open_log(&log_path)?;
+        let head_path = dir.join(HEAD_FILE);
+        let head_file = open_head(&head_path)?;
         Ok(AuditLog {
             dir,
             log_path,
             log,
-            conn,
+            head_path,
+            head_file,
+            dir_handle,
+            conn: None,
             key,
         })
     }
@@ -522,33 +681,24 @@ impl AuditLog {
         if let Some(rules) = entry.rules.take() {
             entry.rules = Some(rules.iter().map(|r| redact(r)).collect());
         }
-        self.conn.execute_batch("BEGIN IMMEDIATE")?;
-        match self.append_locked(entry) {
-            Ok(seq) => Ok(seq),
-            Err(err) => {
-                // May itself fail if SQLite already rolled back; the original
-                // error is the one that matters.
-                let _ = self.conn.execute_batch("ROLLBACK");
-                Err(err)
-            }
-        }
+        let _lock = lock_dir(&self.dir_handle, &self.dir, true)?;
+        self.append_locked(entry)
     }
 
-    /// Whether an append would find the log as the database head describes
-    /// it (the checks an append makes before it writes; a crashed append's
-    /// tail is quarantined, as the append would). For a caller about to
-    /// decide something it must then record: a log that fails here fails
-    /// before the decision, not after.
+    /// Whether an append would find the log as the head describes it (the
+    /// checks an append makes before it writes; a crashed append's tail is
+    /// quarantined, as the append would). For a caller about to decide
+    /// something it must then record: a log that fails here fails before
+    /// the decision, not after.
     pub fn ready_to_append(&mut self) -> Result<(), AuditError> {
-        self.conn.execute_batch("BEGIN IMMEDIATE")?;
-        let result = read_head(&self.conn).and_then(|head| self.align_log_with_head(&head));
-        let _ = self.conn.execute_batch("ROLLBACK");
-        result
+        let _lock = lock_dir(&self.dir_handle, &self.dir, true)?;
+        let head = self.current_head()?;
+        self.align_log_with_head(head).map(|_| ())
     }
 
     fn append_locked(&mut self, entry: AuditEntry) -> Result<u64, AuditError> {
-        let head = read_head(&self.conn)?;
-        self.align_log_with_head(&head)?;
+        let head = self.current_head()?;
+        let head = self.align_log_with_head(head)?;
         let seq = head.seq + 1;
         // Taken under the lock so that time order follows seq order.
         let time = format_rfc3339_millis(SystemTime::now());
@@ -563,22 +713,94 @@ impl AuditLog {
                 source,
             });
         }
-        let result = self.commit_head(seq, &hash, head.log_len + line.len() as u64);
-        if result.is_err() {
-            self.cut_log_back(head.log_len);
+        let new_head = Head {
+            seq,
+            hash,
+            log_len: head.log_len + line.len() as u64,
+        };
+        if seq.is_multiple_of(CHECKPOINT_INTERVAL) {
+            // The database commit is this record's commit point: once it is
+            // in, a launcher killed before the head file's write leaves a
+            // head file one behind, which the next append rolls forward.
+            if let Err(err) = self.commit_checkpoint(&new_head) {
+                self.cut_log_back(head.log_len);
+                return Err(err);
+            }
+            // Committed in the database: a head file that could not be
+            // written is rolled forward by the next append (see above).
+            let _ = self.write_head(&new_head);
+            return Ok(seq);
         }
-        result.map(|()| seq)
+        if let Err(err) = self.write_head(&new_head) {
+            self.cut_log_back(head.log_len);
+            return Err(err);
+        }
+        Ok(seq)
     }
 
-    fn commit_head(&mut self, seq: u64, hash: &str, log_len: u64) -> Result<(), AuditError> {
-        self.conn
-            .prepare_cached("UPDATE head SET seq = ?1, hash = ?2, log_len = ?3 WHERE id = 1")?
-            .execute(rusqlite::params![to_i64(seq)?, hash, to_i64(log_len)?])?;
-        if seq.is_multiple_of(CHECKPOINT_INTERVAL) {
-            self.insert_checkpoint(seq, hash)?;
+    /// The head as the head file records it; from the database (as of its
+    /// last checkpoint) when the head file was never written, as in a
+    /// directory made by a build that kept the head only there.
+    fn current_head(&mut self) -> Result<Head, AuditError> {
+        match read_head_file(&self.head_file, &self.head_path)? {
+            Some(head) => Ok(head),
+            None => self.database_head(),
         }
-        self.conn.execute_batch("COMMIT")?;
-        Ok(())
+    }
+
+    /// The head the database committed, or the genesis head when there is
+    /// no database yet (it is made at the first checkpoint).
+    fn database_head(&mut self) -> Result<Head, AuditError> {
+        if self.conn.is_none() && !self.dir.join(DB_FILE).exists() {
+            return Ok(Head::genesis());
+        }
+        read_head(self.db()?)
+    }
+
+    fn db(&mut self) -> Result<&Connection, AuditError> {
+        if self.conn.is_none() {
+            self.conn = Some(open_db(&self.dir.join(DB_FILE))?);
+        }
+        Ok(self.conn.as_ref().expect("opened above"))
+    }
+
+    fn write_head(&self, head: &Head) -> Result<(), AuditError> {
+        self.head_file
+            .write_all_at(&encode_head(head), 0)
+            .map_err(io_err(format!("cannot write {}", self.head_path.display())))
+    }
+
+    /// Updates the database's head and signs a checkpoint at it, in one
+    /// transaction.
+    fn commit_checkpoint(&mut self, head: &Head) -> Result<(), AuditError> {
+        if self.key.get().is_none() {
+            let _ = self.key.set(load_or_create_key(&self.dir)?);
+        }
+        let signature = self
+            .key
+            .get()
+            .expect("set above")
+            .sign(checkpoint_message(head.seq, &head.hash).as_bytes());
+        let conn = self.db()?;
+        conn.execute_batch("BEGIN IMMEDIATE")?;
+        let result = (|| {
+            conn.prepare_cached("UPDATE head SET seq = ?1, hash = ?2, log_len = ?3 WHERE id = 1 AND seq <= ?1")?
+                .execute(rusqlite::params![to_i64(head.seq)?, head.hash, to_i64(head.log_len)?])?;
+            conn.prepare_cached("INSERT OR IGNORE INTO checkpoints(seq, hash, signature) VALUES (?1, ?2, ?3)")?
+                .execute(rusqlite::params![
+                    to_i64(head.seq)?,
+                    head.hash,
+                    hex::encode(signature.to_bytes())
+                ])?;
+            conn.execute_batch("COMMIT")?;
+            Ok(())
+        })();
+        if result.is_err() {
+            // May itself fail if SQLite already rolled back; the original
+            // error is the one that matters.
+            let _ = conn.execute_batch("ROLLBACK");
+        }
+        result
     }
 
     /// Best effort after a failed append: removes the partial or uncommitted
@@ -588,8 +810,10 @@ impl AuditLog {
         let _ = self.log.set_len(len);
     }
 
-    /// Makes sure we are about to append to the file the head describes.
-    fn align_log_with_head(&mut self, head: &Head) -> Result<(), AuditError> {
+    /// Makes sure we are about to append to the file the head describes;
+    /// returns the head to append after (rolled forward to the database's
+    /// when an append was killed between its checkpoint and the head file).
+    fn align_log_with_head(&mut self, head: Head) -> Result<Head, AuditError> {
         // Another process, or an attacker, may have renamed a different file
         // into place; appending to our old descriptor would then write to a
         // file nobody reads.
@@ -610,19 +834,32 @@ impl AuditLog {
                 .map_err(io_err(format!("cannot stat {}", self.log_path.display())))?
                 .len()
         };
+        if len == head.log_len {
+            return Ok(head);
+        }
+        // The rare paths: whatever the head file says, the database may
+        // know better (a checkpoint committed, the head file not yet
+        // written). The head file is brought up to date with it.
+        let head = match self.database_head()? {
+            db if db.seq > head.seq && db.log_len <= len => {
+                self.write_head(&db)?;
+                db
+            }
+            _ => head,
+        };
         if len < head.log_len {
             return Err(AuditError::LogMismatch {
                 path: self.log_path.clone(),
                 message: format!(
-                    "the log is {len} bytes but the database head (seq {}) says {}; it was truncated or replaced",
+                    "the log is {len} bytes but the head (seq {}) says {}; it was truncated or replaced",
                     head.seq, head.log_len
                 ),
             });
         }
         if len > head.log_len {
-            self.quarantine_tail(head, len)?;
+            self.quarantine_tail(&head, len)?;
         }
-        Ok(())
+        Ok(head)
     }
 
     /// Moves bytes past the committed head (a crashed append, or a forgery)
@@ -660,33 +897,17 @@ impl AuditLog {
 
     /// Signs the current head now (for example at the end of a session), so
     /// that cutting the log back past this point is detectable even with
-    /// write access to the database. A no-op on an empty log.
+    /// write access to the head file and the database. A no-op on an empty
+    /// log.
     pub fn checkpoint(&mut self) -> Result<(), AuditError> {
-        self.conn.execute_batch("BEGIN IMMEDIATE")?;
-        let result = (|| {
-            let head = read_head(&self.conn)?;
-            if head.seq > 0 {
-                self.insert_checkpoint(head.seq, &head.hash)?;
-            }
-            self.conn.execute_batch("COMMIT")?;
-            Ok(())
-        })();
-        if result.is_err() {
-            let _ = self.conn.execute_batch("ROLLBACK");
+        let _lock = lock_dir(&self.dir_handle, &self.dir, true)?;
+        let file = self.current_head()?;
+        let db = self.database_head()?;
+        let head = if db.seq > file.seq { db } else { file };
+        if head.seq == 0 {
+            return Ok(());
         }
-        result
-    }
-
-    fn insert_checkpoint(&self, seq: u64, hash: &str) -> Result<(), AuditError> {
-        if self.key.get().is_none() {
-            let _ = self.key.set(load_or_create_key(&self.dir)?);
-        }
-        let key = self.key.get().expect("set above");
-        let signature = key.sign(checkpoint_message(seq, hash).as_bytes());
-        self.conn
-            .prepare_cached("INSERT OR IGNORE INTO checkpoints(seq, hash, signature) VALUES (?1, ?2, ?3)")?
-            .execute(rusqlite::params![to_i64(seq)?, hash, hex::encode(signature.to_bytes())])?;
-        Ok(())
+        self.commit_checkpoint(&head)
     }
 }
 
@@ -718,6 +939,46 @@ fn open_log(path: &Path) -> Result<File, AuditError> {
         .custom_flags(libc::O_NOFOLLOW)
         .open(path)
         .map_err(io_err(format!("cannot open {} for appending", path.display())))
+}
+
+fn open_head(path: &Path) -> Result<File, AuditError> {
+    // Written in place with `pwrite`, never renamed over: the descriptor
+    // stays the file. O_NOFOLLOW as for the log.
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(io_err(format!("cannot open {}", path.display())))
+}
+
+/// The head file's head; `None` when it was never written.
+fn read_head_file(file: &File, path: &Path) -> Result<Option<Head>, AuditError> {
+    decode_head(&read_head_bytes(file, path)?).map_err(|message| AuditError::LogMismatch {
+        path: path.to_path_buf(),
+        message: format!(
+            "the audit head is damaged: {message}. Moving it aside makes the next append start from the database's last checkpoint, keeping later records in a quarantine file"
+        ),
+    })
+}
+
+/// The head file's bytes. Its length is fixed and small; of anything
+/// longer, enough is read to say that it is not a head.
+fn read_head_bytes(file: &File, path: &Path) -> Result<Vec<u8>, AuditError> {
+    let mut bytes = Vec::with_capacity(256);
+    let mut buf = [0u8; 512];
+    loop {
+        let n = file
+            .read_at(&mut buf, bytes.len() as u64)
+            .map_err(io_err(format!("cannot read {}", path.display())))?;
+        bytes.extend_from_slice(&buf[..n]);
+        if n == 0 || bytes.len() >= 4096 {
+            return Ok(bytes);
+        }
+    }
 }
 
 fn open_db(path: &Path) -> Result<Connection, AuditError> {
@@ -888,10 +1149,24 @@ struct CheckpointRow {
     signature: String,
 }
 
+/// Where `verify`'s head came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HeadSource {
+    /// The head file, written with every record.
+    File,
+    /// The database, as of its last checkpoint: the head file is missing,
+    /// damaged, or behind it.
+    Database,
+    /// Neither exists.
+    Nothing,
+}
+
 /// Everything `verify` needs, read at one instant.
 struct Snapshot {
     head: Head,
-    db_present: bool,
+    head_source: HeadSource,
+    /// What is wrong with the head file, when it is not a head.
+    head_fault: Option<String>,
     checkpoints: Vec<CheckpointRow>,
     log: Vec<u8>,
     quarantined: Vec<(u64, String)>,
@@ -899,69 +1174,80 @@ struct Snapshot {
 
 impl Snapshot {
     fn take(dir: &Path) -> Result<Snapshot, AuditError> {
-        let db_path = dir.join(DB_FILE);
-        if !db_path.exists() {
-            return Ok(Snapshot {
-                head: Head {
-                    seq: 0,
-                    hash: GENESIS_PREV.to_string(),
-                    log_len: 0,
-                },
-                db_present: false,
-                checkpoints: Vec::new(),
-                log: read_log_bytes(dir)?,
-                quarantined: list_quarantine(dir)?,
-            });
-        }
-        // Holding the write lock while we read means no append is half done
-        // (line written, head not yet committed), which would otherwise look
-        // like a forged append. A copy on read-only media cannot be locked
-        // that way, and has no writers either, so a plain read is enough.
-        let conn = match Connection::open_with_flags(
-            &db_path,
-            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        ) {
-            Ok(conn) => {
-                conn.busy_timeout(BUSY_TIMEOUT)?;
-                if conn.execute_batch("BEGIN IMMEDIATE").is_err() {
-                    conn.execute_batch("BEGIN")?;
-                }
-                conn
-            }
-            Err(_) => {
-                let conn = Connection::open_with_flags(
-                    &db_path,
-                    OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-                )?;
-                conn.busy_timeout(BUSY_TIMEOUT)?;
-                conn.execute_batch("BEGIN")?;
-                conn
-            }
+        // Holding the lock while we read means no append is half done (line
+        // written, head not yet updated), which would otherwise look like a
+        // forged append. A shared lock: verifiers do not exclude each other.
+        // Without it (a file system that cannot lock) the read still works.
+        let handle = File::open(dir).map_err(io_err(format!("cannot open {}", dir.display())))?;
+        let _lock = lock_dir(&handle, dir, false).ok();
+        let head_path = dir.join(HEAD_FILE);
+        let (file_head, head_fault) = match OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&head_path)
+        {
+            Ok(file) => match decode_head(&read_head_bytes(&file, &head_path)?) {
+                Ok(head) => (head, None),
+                Err(fault) => (None, Some(fault)),
+            },
+            Err(err) if err.kind() == io::ErrorKind::NotFound => (None, None),
+            Err(err) => return Err(io_err(format!("cannot read {}", head_path.display()))(err)),
         };
-        let result = (|| {
-            let head = read_head(&conn)?;
-            let mut statement = conn.prepare("SELECT seq, hash, signature FROM checkpoints ORDER BY seq")?;
-            let checkpoints = statement
-                .query_map([], |row| {
-                    let seq: i64 = row.get(0)?;
-                    Ok(CheckpointRow {
-                        seq: u64::try_from(seq).unwrap_or(0),
-                        hash: row.get(1)?,
-                        signature: row.get(2)?,
-                    })
-                })?
-                .collect::<Result<Vec<_>, _>>()?;
-            Ok(Snapshot {
-                head,
-                db_present: true,
-                checkpoints,
-                log: read_log_bytes(dir)?,
-                quarantined: list_quarantine(dir)?,
-            })
-        })();
-        let _ = conn.execute_batch("ROLLBACK");
-        result
+        let (db_head, checkpoints) = read_database(&dir.join(DB_FILE))?;
+        let (head, head_source) = match (file_head, db_head) {
+            (Some(file), Some(db)) if db.seq > file.seq => (db, HeadSource::Database),
+            (Some(file), _) => (file, HeadSource::File),
+            (None, Some(db)) => (db, HeadSource::Database),
+            (None, None) => (Head::genesis(), HeadSource::Nothing),
+        };
+        Ok(Snapshot {
+            head,
+            head_source,
+            head_fault,
+            checkpoints,
+            log: read_log_bytes(dir)?,
+            quarantined: list_quarantine(dir)?,
+        })
     }
+}
+
+/// The database's head and checkpoints; nothing when there is no database.
+/// The caller holds the directory's lock, so no append writes meanwhile.
+fn read_database(db_path: &Path) -> Result<(Option<Head>, Vec<CheckpointRow>), AuditError> {
+    if !db_path.exists() {
+        return Ok((None, Vec::new()));
+    }
+    // Read-write when we may (SQLite wants to map the WAL index), read-only
+    // for a copy on read-only media.
+    let conn = match Connection::open_with_flags(
+        db_path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    ) {
+        Ok(conn) => conn,
+        Err(_) => Connection::open_with_flags(
+            db_path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?,
+    };
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    conn.execute_batch("BEGIN")?;
+    let result = (|| {
+        let head = read_head(&conn)?;
+        let mut statement = conn.prepare("SELECT seq, hash, signature FROM checkpoints ORDER BY seq")?;
+        let checkpoints = statement
+            .query_map([], |row| {
+                let seq: i64 = row.get(0)?;
+                Ok(CheckpointRow {
+                    seq: u64::try_from(seq).unwrap_or(0),
+                    hash: row.get(1)?,
+                    signature: row.get(2)?,
+                })
+            })?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((Some(head), checkpoints))
+    })();
+    let _ = conn.execute_batch("ROLLBACK");
+    result
 }
 
 fn read_log_bytes(dir: &Path) -> Result<Vec<u8>, AuditError> {
@@ -1378,7 +1664,7 @@ impl Verifier<'_> {
                         line,
                         ProblemKind::Edited,
                         format!(
-                            "the signed checkpoint at seq {expected} vouches for a different hash: a record in seq {}..={expected} was rewritten and the chain (and database head) recomputed",
+                            "the signed checkpoint at seq {expected} vouches for a different hash: a record in seq {}..={expected} was rewritten and the chain (and head) recomputed",
                             prev_signed + 1
                         ),
                     );
@@ -1403,7 +1689,7 @@ impl Verifier<'_> {
                     expected,
                     line,
                     ProblemKind::Edited,
-                    format!("record {expected} is not the record the database head committed (hash differs)"),
+                    format!("record {expected} is not the record the head committed (hash differs)"),
                 );
                 return report;
             }
@@ -1414,13 +1700,10 @@ impl Verifier<'_> {
         let present = self.parsed.len() as u64;
         if present < trusted_end {
             let detail = if head.seq > present {
-                format!(
-                    "the log ends at seq {present} but the database head is at seq {}",
-                    head.seq
-                )
+                format!("the log ends at seq {present} but the head is at seq {}", head.seq)
             } else {
                 format!(
-                    "the log ends at seq {present} but a signed checkpoint covers seq {last_signed} (the database head, seq {}, was rolled back too)",
+                    "the log ends at seq {present} but a signed checkpoint covers seq {last_signed} (the head, seq {}, was rolled back too)",
                     head.seq
                 )
             };
@@ -1451,9 +1734,21 @@ impl Verifier<'_> {
                 last_signed,
                 ProblemKind::BadCheckpoint,
                 format!(
-                    "the database head (seq {}) is behind the signed checkpoint at seq {last_signed}: the head was rolled back",
+                    "the head (seq {}) is behind the signed checkpoint at seq {last_signed}: the head was rolled back",
                     head.seq
                 ),
+            );
+            return report;
+        }
+        if let Some(fault) = &self.snap.head_fault {
+            // The walk above used the database's head instead; this is
+            // still damage an operator must look at.
+            fail(
+                &mut report,
+                head.seq,
+                0,
+                ProblemKind::Edited,
+                format!("audit/head is damaged: {fault}"),
             );
             return report;
         }
@@ -1473,14 +1768,31 @@ impl Verifier<'_> {
     }
 
     fn forged_detail(&self, line: u64, trusted_end: u64) -> String {
-        let db = if self.snap.db_present {
-            format!("the database head is at seq {}", self.snap.head.seq)
-        } else {
-            "there is no audit.sqlite, so no record is covered".to_string()
+        let seq = self.snap.head.seq;
+        let head = match self.snap.head_source {
+            HeadSource::File => format!("the head is at seq {seq}"),
+            HeadSource::Database => format!(
+                "the head is at seq {seq}, the database's last checkpoint ({})",
+                self.head_file_state()
+            ),
+            HeadSource::Nothing => {
+                format!(
+                    "there is no head ({}, no audit.sqlite), so no record is covered",
+                    self.head_file_state()
+                )
+            }
         };
         format!(
-            "line {line} onward is past the committed log ({db}; last trusted seq {trusted_end}) and not covered by a signed checkpoint; {CRASH_NOTE}"
+            "line {line} onward is past the committed log ({head}; last trusted seq {trusted_end}) and not covered by a signed checkpoint; {CRASH_NOTE}"
         )
+    }
+
+    fn head_file_state(&self) -> String {
+        match &self.snap.head_fault {
+            Some(fault) => format!("audit/head is damaged: {fault}"),
+            None if self.snap.head_source == HeadSource::Database => "audit/head is missing or behind it".into(),
+            None => "no audit/head".into(),
+        }
     }
 
     fn classify_seq_jump(&self, expected: u64, found: u64, line: u64) -> (ProblemKind, String) {
@@ -1512,7 +1824,7 @@ impl Verifier<'_> {
     }
 }
 
-const CRASH_NOTE: &str = "this is either a forged record or a launcher that was killed after writing the line and before committing the database transaction (append order: BEGIN IMMEDIATE, compute, write line, update head, COMMIT); the next append moves such a tail to a quarantine file";
+const CRASH_NOTE: &str = "this is either a forged record or a launcher that was killed after writing the line and before writing the head (append order: lock, compute, write line, write head); the next append moves such a tail to a quarantine file";
 
 // ---------------------------------------------------------------------------
 // Reading and display

@@ -113,17 +113,26 @@ fn rechain(lines: &mut [String], from: usize) {
     }
 }
 
-/// Points the database head at the last of `lines`, as an attacker who can
-/// also write the database would after editing the log.
+/// Points every head (the head file, and the database's where it is ahead)
+/// at the last of `lines`, as an attacker who can write the whole audit
+/// directory would after editing the log.
 fn set_head_to(state: &Path, lines: &[String]) {
     let last: AuditRecord = serde_json::from_str(lines.last().unwrap()).unwrap();
     let len = fs::metadata(log_path(state)).unwrap().len();
+    write_head_file(state, last.seq, &last.hash, len);
     let conn = rusqlite::Connection::open(db_path(state)).unwrap();
     conn.execute(
-        "UPDATE head SET seq = ?1, hash = ?2, log_len = ?3 WHERE id = 1",
+        "UPDATE head SET seq = ?1, hash = ?2, log_len = ?3 WHERE id = 1 AND seq > ?1",
         rusqlite::params![last.seq as i64, last.hash, len as i64],
     )
     .unwrap();
+}
+
+/// Writes `audit/head` in its documented layout, check field included.
+fn write_head_file(state: &Path, seq: u64, hash: &str, log_len: u64) {
+    let body = format!("tether-exec audit head v1 seq={seq:020} log_len={log_len:020} hash={hash}");
+    let check = hex::encode(&Sha256::digest(body.as_bytes())[..8]);
+    fs::write(audit_dir(state).join("head"), format!("{body} check={check}\n")).unwrap();
 }
 
 fn is_root() -> bool {
@@ -375,6 +384,95 @@ fn a_tampered_checkpoint_is_bad_checkpoint() {
 }
 
 #[test]
+fn a_damaged_head_file_is_reported_and_stops_appends() {
+    let state = make_log(5);
+    let head = audit_dir(state.path()).join("head");
+    let mut bytes = fs::read(&head).unwrap();
+    let at = bytes.iter().position(|&b| b == b'5').unwrap(); // seq=…05
+    bytes[at] = b'9';
+    fs::write(&head, &bytes).unwrap();
+    let report = verify(state.path()).unwrap();
+    let problem = report.problem.clone().unwrap();
+    // The walk falls back to the database, which has no head yet: nothing is
+    // covered, and the damage is named.
+    assert_eq!(problem.kind, ProblemKind::ForgedAppend, "{report:?}");
+    assert!(problem.detail.contains("audit/head is damaged"), "{}", problem.detail);
+    let err = AuditLog::open(state.path()).unwrap().append(entry(6)).unwrap_err();
+    assert!(
+        err.to_string().contains("head") && err.to_string().contains("damaged"),
+        "{err}"
+    );
+    assert_eq!(read_lines(state.path()).len(), 5, "nothing was appended");
+}
+
+#[test]
+fn a_damaged_head_file_past_a_checkpoint_is_still_reported() {
+    let state = make_log(300);
+    let head = audit_dir(state.path()).join("head");
+    fs::write(&head, b"tether-exec audit head v1 seq=300\n").unwrap();
+    // The records up to the checkpoint are vouched for by its signature;
+    // after it, nothing covers them.
+    let report = verify(state.path()).unwrap();
+    assert_eq!(problem_of(&report), (ProblemKind::ForgedAppend, 257, 257));
+    assert!(report.problem.unwrap().detail.contains("audit/head is damaged"));
+    // Put back (as an operator would after review), all is well again.
+    let lines = read_lines(state.path());
+    set_head_to(state.path(), &lines);
+    assert_eq!(verify(state.path()).unwrap().problem, None);
+}
+
+#[test]
+fn a_deleted_head_file_leaves_the_records_uncovered() {
+    let state = make_log(10);
+    fs::remove_file(audit_dir(state.path()).join("head")).unwrap();
+    let report = verify(state.path()).unwrap();
+    assert_eq!(problem_of(&report), (ProblemKind::ForgedAppend, 1, 1));
+    assert!(report.problem.unwrap().detail.contains("no head"));
+}
+
+#[test]
+fn an_append_killed_between_its_checkpoint_and_the_head_file_is_rolled_forward() {
+    // Record 256 commits in the database (head and checkpoint) and only then
+    // writes the head file. A launcher killed in between leaves the head
+    // file at 255: the record is committed, not forged.
+    let state = make_log(255);
+    let head = audit_dir(state.path()).join("head");
+    let before = fs::read(&head).unwrap();
+    let mut log = AuditLog::open(state.path()).unwrap();
+    assert_eq!(log.append(entry(256)).unwrap(), 256);
+    drop(log);
+    fs::write(&head, &before).unwrap();
+    let report = verify(state.path()).unwrap();
+    assert_eq!((report.records, report.checkpoints, report.problem), (256, 1, None));
+    let mut log = AuditLog::open(state.path()).unwrap();
+    assert_eq!(
+        log.append(entry(257)).unwrap(),
+        257,
+        "continues after 256, nothing quarantined"
+    );
+    drop(log);
+    assert_ne!(fs::read(&head).unwrap(), before, "the head file was brought forward");
+    let report = verify(state.path()).unwrap();
+    assert_eq!((report.records, report.problem), (257, None));
+}
+
+#[test]
+fn a_directory_whose_head_is_only_in_the_database_is_carried_over() {
+    // Earlier builds kept the head only in audit.sqlite, updated with every
+    // record. Such a directory verifies as it is, and the next append starts
+    // the head file from it.
+    let state = make_log(20);
+    AuditLog::open(state.path()).unwrap().checkpoint().unwrap();
+    fs::remove_file(audit_dir(state.path()).join("head")).unwrap();
+    assert_eq!(verify(state.path()).unwrap().problem, None);
+    let mut log = AuditLog::open(state.path()).unwrap();
+    assert_eq!(log.append(entry(21)).unwrap(), 21);
+    drop(log);
+    let report = verify(state.path()).unwrap();
+    assert_eq!((report.records, report.problem), (21, None));
+}
+
+#[test]
 fn a_deleted_required_checkpoint_is_bad_checkpoint() {
     let state = make_log(260);
     let conn = rusqlite::Connection::open(db_path(state.path())).unwrap();
@@ -390,6 +488,7 @@ fn a_deleted_required_checkpoint_is_bad_checkpoint() {
 fn a_checkpoint_signed_by_another_key_is_bad_checkpoint() {
     let state = make_log(10);
     let other = make_log(10);
+    AuditLog::open(state.path()).unwrap().checkpoint().unwrap();
     AuditLog::open(other.path()).unwrap().checkpoint().unwrap();
     // Same records would not be needed: only the key differs.
     let conn = rusqlite::Connection::open(db_path(other.path())).unwrap();
@@ -400,7 +499,7 @@ fn a_checkpoint_signed_by_another_key_is_bad_checkpoint() {
         .unwrap();
     let conn = rusqlite::Connection::open(db_path(state.path())).unwrap();
     conn.execute(
-        "INSERT INTO checkpoints(seq, hash, signature) VALUES (10, ?1, ?2)",
+        "INSERT OR REPLACE INTO checkpoints(seq, hash, signature) VALUES (10, ?1, ?2)",
         [hash, sig],
     )
     .unwrap();
@@ -879,9 +978,10 @@ fn redaction_of_hostile_repetition() {
 
 #[test]
 fn the_wal_stays_short_when_every_record_comes_from_a_new_process() {
-    // Each command opens the log, appends and closes it. SQLite then rebuilds
-    // the WAL index from the whole log at every open and never starts the
-    // log over by itself; unchecked, opening grew slower with every command.
+    // Each command opens the log, appends and closes it; the database is
+    // written at checkpoints. SQLite rebuilds the WAL index from the whole
+    // WAL at every open and never starts the WAL over by itself; unchecked,
+    // opening it grew slower with every command.
     let state = tempfile::tempdir().unwrap();
     let wal = audit_dir(state.path()).join("audit.sqlite-wal");
     let mut largest = 0;
