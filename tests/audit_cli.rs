@@ -93,6 +93,37 @@ fn deleting_swapping_truncating_and_forging_are_detected() {
 }
 
 #[test]
+fn a_damaged_head_is_reported_and_nothing_runs_until_it_is_dealt_with() {
+    let w = World::new();
+    populate(&w, 2);
+    let head = w.state.join("audit/head");
+    let kept = std::fs::read(&head).unwrap();
+    let line = String::from_utf8(kept.clone()).unwrap();
+    // Rolled back by hand without its check field matching.
+    std::fs::write(
+        &head,
+        line.replace("seq=00000000000000000004", "seq=00000000000000000002"),
+    )
+    .unwrap();
+    let (code, out) = verify(&w);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("audit/head is damaged"), "{out}");
+    let o = w.tx(&["run", "-c", "touch ran.txt"]);
+    assert_eq!(o.status.code(), Some(125), "{}", text(&o));
+    assert!(
+        text(&o).contains("audit head is damaged") && text(&o).contains("audit/head"),
+        "the message names the file: {}",
+        text(&o)
+    );
+    assert!(!exists(&w.ws.join("ran.txt")), "it ran without a record");
+    // Control: the head put back, the same command runs and the chain verifies.
+    std::fs::write(&head, &kept).unwrap();
+    assert!(w.tx(&["run", "-c", "touch ran.txt"]).status.success());
+    assert!(exists(&w.ws.join("ran.txt")));
+    assert_eq!(verify(&w).0, 0);
+}
+
+#[test]
 fn secrets_in_command_text_are_redacted() {
     let w = World::new();
     w.tx(&[
