@@ -203,7 +203,8 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Schema migrations, applied in order; `PRAGMA user_version` counts how
 /// many have run. `head.log_len` lets an append notice, with one `fstat`,
 /// that the log is not the file the database describes.
-const MIGRATIONS: &[&str] = &["CREATE TABLE head(
+const MIGRATIONS: &[&str] = &[
+    "CREATE TABLE head(
          id INTEGER PRIMARY KEY CHECK(id = 1),
          seq INTEGER NOT NULL,
          hash TEXT NOT NULL,
@@ -215,7 +216,13 @@ const MIGRATIONS: &[&str] = &["CREATE TABLE head(
          seq INTEGER PRIMARY KEY,
          hash TEXT NOT NULL,
          signature TEXT NOT NULL
-     );"];
+     );",
+    // Set by the first checkpoint of a build that keeps the head file: from
+    // then on a missing head file is damage, not a directory to carry over.
+    // Earlier builds refuse the newer schema rather than append without the
+    // head file.
+    "ALTER TABLE head ADD COLUMN head_file INTEGER NOT NULL DEFAULT 0;",
+];
 
 /// One error type for writing, reading and verifying the audit log.
 #[derive(Debug, thiserror::Error)]
@@ -502,6 +509,15 @@ pub struct AuditLog {
     /// Loaded when a checkpoint is signed (every 256 records), not on every
     /// open: deriving the public half costs a scalar multiplication per launch.
     key: std::cell::OnceCell<SigningKey>,
+    /// This boot's id, read at the first append.
+    boot: std::cell::OnceCell<String>,
+}
+
+/// The head an append starts from, and whether it was written in this boot
+/// (see [`HeadLine`]).
+struct CurrentHead {
+    head: Head,
+    this_boot: bool,
 }
 
 impl Drop for AuditLog {
@@ -529,12 +545,35 @@ impl Head {
     }
 }
 
+/// What the head file holds: the head, and the boot it was written in.
+/// Within one boot the page cache keeps the head file, the log and the
+/// database consistent with each other whatever process dies; across a
+/// power cut any of them may have lost writes, so the first append after a
+/// reboot also consults the database (see `align_log_with_head`).
+struct HeadLine {
+    head: Head,
+    boot: String,
+}
+
+/// Stands for a boot id that could not be read: it never matches, so every
+/// append consults the database, which is slower but never wrong.
+const UNKNOWN_BOOT: &str = "------------------------------------";
+
+/// This boot's id, as the kernel names it, or [`UNKNOWN_BOOT`].
+fn current_boot() -> String {
+    fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| s.len() == UNKNOWN_BOOT.len() && s.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-'))
+        .unwrap_or_else(|| UNKNOWN_BOOT.to_string())
+}
+
 /// The head file's one line: fixed width, so that every update is one
 /// `pwrite` of the same length at offset 0, which a killed process either
 /// made or did not make, and which fits in one disk sector.
-fn encode_head(head: &Head) -> Vec<u8> {
+fn encode_head(head: &Head, boot: &str) -> Vec<u8> {
     let body = format!(
-        "{HEAD_MAGIC} seq={:020} log_len={:020} hash={}",
+        "{HEAD_MAGIC} seq={:020} log_len={:020} hash={} boot={boot}",
         head.seq, head.log_len, head.hash
     );
     let check = hex::encode(&Sha256::digest(body.as_bytes())[..8]);
@@ -544,13 +583,13 @@ fn encode_head(head: &Head) -> Vec<u8> {
 /// Reads a head file's content: `Ok(None)` for an empty file (never
 /// written), an error saying what is wrong for anything that is not a line
 /// [`encode_head`] wrote.
-fn decode_head(bytes: &[u8]) -> Result<Option<Head>, String> {
+fn decode_head(bytes: &[u8]) -> Result<Option<HeadLine>, String> {
     if bytes.is_empty() {
         return Ok(None);
     }
     let bad = |what: &str| {
         Err(format!(
-            "{what} (expected one line `{HEAD_MAGIC} seq=… log_len=… hash=… check=…`)"
+            "{what} (expected one line `{HEAD_MAGIC} seq=… log_len=… hash=… boot=… check=…`)"
         ))
     };
     let Ok(text) = std::str::from_utf8(bytes) else {
@@ -566,7 +605,7 @@ fn decode_head(bytes: &[u8]) -> Result<Option<Head>, String> {
         return bad("its check does not match its content: it was edited or torn");
     }
     let fields: Vec<&str> = body.strip_prefix(HEAD_MAGIC).unwrap_or("").split(' ').collect();
-    let [_, seq, log_len, hash] = fields.as_slice() else {
+    let [_, seq, log_len, hash, boot] = fields.as_slice() else {
         return bad("wrong layout");
     };
     let number = |field: &str, name: &str| field.strip_prefix(name).and_then(|v| v.parse::<u64>().ok());
@@ -575,11 +614,15 @@ fn decode_head(bytes: &[u8]) -> Result<Option<Head>, String> {
         number(log_len, "log_len="),
         hash.strip_prefix("hash=")
             .filter(|h| decode_hex32(h.as_bytes()).is_some()),
+        boot.strip_prefix("boot="),
     ) {
-        (Some(seq), Some(log_len), Some(hash)) => Ok(Some(Head {
-            seq,
-            hash: hash.to_string(),
-            log_len,
+        (Some(seq), Some(log_len), Some(hash), Some(boot)) => Ok(Some(HeadLine {
+            head: Head {
+                seq,
+                hash: hash.to_string(),
+                log_len,
+            },
+            boot: boot.to_string(),
         })),
         _ => bad("a field is malformed"),
     }
@@ -664,6 +707,7 @@ impl AuditLog {
             dir_handle,
             conn: None,
             key,
+            boot: std::cell::OnceCell::new(),
         })
     }
 
@@ -692,14 +736,17 @@ impl AuditLog {
     /// the decision, not after.
     pub fn ready_to_append(&mut self) -> Result<(), AuditError> {
         let _lock = lock_dir(&self.dir_handle, &self.dir, true)?;
-        let head = self.current_head()?;
-        self.align_log_with_head(head).map(|_| ())
+        let current = self.current_head()?;
+        self.align_log_with_head(current).map(|_| ())
     }
 
     fn append_locked(&mut self, entry: AuditEntry) -> Result<u64, AuditError> {
-        let head = self.current_head()?;
-        let head = self.align_log_with_head(head)?;
-        let seq = head.seq + 1;
+        let current = self.current_head()?;
+        let head = self.align_log_with_head(current)?;
+        let seq = head.seq.checked_add(1).ok_or_else(|| AuditError::LogMismatch {
+            path: self.head_path.clone(),
+            message: format!("the head's seq {} cannot grow; it was forged", head.seq),
+        })?;
         // Taken under the lock so that time order follows seq order.
         let time = format_rfc3339_millis(SystemTime::now());
         let encoded = Encoded::new(seq, &time, &head.hash, &entry)?;
@@ -738,21 +785,50 @@ impl AuditLog {
         Ok(seq)
     }
 
-    /// The head as the head file records it; from the database (as of its
-    /// last checkpoint) when the head file was never written, as in a
-    /// directory made by a build that kept the head only there.
-    fn current_head(&mut self) -> Result<Head, AuditError> {
-        match read_head_file(&self.head_file, &self.head_path)? {
-            Some(head) => Ok(head),
-            None => self.database_head(),
+    /// The head as the head file at `head` records it (following a file
+    /// put in its place since we opened it). A head file never written
+    /// means a fresh directory, or one made by a build that kept the head in
+    /// the database only: the database's head then. Once the database says
+    /// this directory keeps a head file, a missing one is damage.
+    fn current_head(&mut self) -> Result<CurrentHead, AuditError> {
+        let ours = self
+            .head_file
+            .metadata()
+            .map_err(io_err(format!("cannot stat {}", self.head_path.display())))?;
+        let same_file =
+            fs::symlink_metadata(&self.head_path).is_ok_and(|now| now.dev() == ours.dev() && now.ino() == ours.ino());
+        if !same_file {
+            self.head_file = open_head(&self.head_path)?;
+        }
+        match read_head_file(&self.head_file, &self.head_path, &self.dir)? {
+            Some(line) => {
+                let boot = self.boot.get_or_init(current_boot);
+                let this_boot = line.boot == *boot && line.boot != UNKNOWN_BOOT;
+                Ok(CurrentHead {
+                    head: line.head,
+                    this_boot,
+                })
+            }
+            None => {
+                let (head, keeps_head_file) = self.database_head()?;
+                if keeps_head_file {
+                    return Err(damaged_head(
+                        &self.head_path,
+                        &self.dir,
+                        "it is missing or empty, but the database says this directory keeps one: it was deleted",
+                    ));
+                }
+                Ok(CurrentHead { head, this_boot: false })
+            }
         }
     }
 
-    /// The head the database committed, or the genesis head when there is
-    /// no database yet (it is made at the first checkpoint).
-    fn database_head(&mut self) -> Result<Head, AuditError> {
+    /// The head the database committed, and whether it says this directory
+    /// keeps a head file; the genesis head when there is no database yet
+    /// (it is made at the first checkpoint).
+    fn database_head(&mut self) -> Result<(Head, bool), AuditError> {
         if self.conn.is_none() && !self.dir.join(DB_FILE).exists() {
-            return Ok(Head::genesis());
+            return Ok((Head::genesis(), false));
         }
         read_head(self.db()?)
     }
@@ -765,13 +841,15 @@ impl AuditLog {
     }
 
     fn write_head(&self, head: &Head) -> Result<(), AuditError> {
+        let boot = self.boot.get_or_init(current_boot);
         self.head_file
-            .write_all_at(&encode_head(head), 0)
+            .write_all_at(&encode_head(head, boot), 0)
             .map_err(io_err(format!("cannot write {}", self.head_path.display())))
     }
 
     /// Updates the database's head and signs a checkpoint at it, in one
-    /// transaction.
+    /// transaction. A database whose head is already further on lost the
+    /// log's records it vouches for (a power cut): refused, not buried.
     fn commit_checkpoint(&mut self, head: &Head) -> Result<(), AuditError> {
         if self.key.get().is_none() {
             let _ = self.key.set(load_or_create_key(&self.dir)?);
@@ -781,17 +859,44 @@ impl AuditLog {
             .get()
             .expect("set above")
             .sign(checkpoint_message(head.seq, &head.hash).as_bytes());
+        let db_path = self.dir.join(DB_FILE);
         let conn = self.db()?;
         conn.execute_batch("BEGIN IMMEDIATE")?;
         let result = (|| {
-            conn.prepare_cached("UPDATE head SET seq = ?1, hash = ?2, log_len = ?3 WHERE id = 1 AND seq <= ?1")?
+            let moved = conn
+                .prepare_cached(
+                    "UPDATE head SET seq = ?1, hash = ?2, log_len = ?3, head_file = 1 WHERE id = 1 AND seq <= ?1",
+                )?
                 .execute(rusqlite::params![to_i64(head.seq)?, head.hash, to_i64(head.log_len)?])?;
-            conn.prepare_cached("INSERT OR IGNORE INTO checkpoints(seq, hash, signature) VALUES (?1, ?2, ?3)")?
+            let (db_head, _) = read_head(conn)?;
+            if moved != 1 || db_head.seq != head.seq {
+                return Err(AuditError::LogMismatch {
+                    path: db_path.clone(),
+                    message: format!(
+                        "its head is at seq {}, past the log's seq {}: the log lost records the database committed",
+                        db_head.seq, head.seq
+                    ),
+                });
+            }
+            let signed = conn
+                .prepare_cached("INSERT OR IGNORE INTO checkpoints(seq, hash, signature) VALUES (?1, ?2, ?3)")?
                 .execute(rusqlite::params![
                     to_i64(head.seq)?,
                     head.hash,
                     hex::encode(signature.to_bytes())
                 ])?;
+            let signed_hash: String = conn
+                .prepare_cached("SELECT hash FROM checkpoints WHERE seq = ?1")?
+                .query_row([to_i64(head.seq)?], |row| row.get(0))?;
+            if signed == 0 && signed_hash != head.hash {
+                return Err(AuditError::LogMismatch {
+                    path: db_path.clone(),
+                    message: format!(
+                        "a checkpoint at seq {} vouches for another record than the log's: the log lost records the database committed",
+                        head.seq
+                    ),
+                });
+            }
             conn.execute_batch("COMMIT")?;
             Ok(())
         })();
@@ -811,9 +916,15 @@ impl AuditLog {
     }
 
     /// Makes sure we are about to append to the file the head describes;
-    /// returns the head to append after (rolled forward to the database's
-    /// when an append was killed between its checkpoint and the head file).
-    fn align_log_with_head(&mut self, head: Head) -> Result<Head, AuditError> {
+    /// returns the head to append after.
+    ///
+    /// The database is consulted when the log is not the length the head
+    /// file says, and at the first append of a boot. It may know better:
+    /// a checkpoint committed whose head file write was cut off by a killed
+    /// launcher (rolled forward), or, after a power cut, a head further on
+    /// than a log and head file that both lost their last writes (refused:
+    /// appending would bury the gap).
+    fn align_log_with_head(&mut self, current: CurrentHead) -> Result<Head, AuditError> {
         // Another process, or an attacker, may have renamed a different file
         // into place; appending to our old descriptor would then write to a
         // file nobody reads.
@@ -834,14 +945,12 @@ impl AuditLog {
                 .map_err(io_err(format!("cannot stat {}", self.log_path.display())))?
                 .len()
         };
-        if len == head.log_len {
+        let head = current.head;
+        if len == head.log_len && current.this_boot {
             return Ok(head);
         }
-        // The rare paths: whatever the head file says, the database may
-        // know better (a checkpoint committed, the head file not yet
-        // written). The head file is brought up to date with it.
         let head = match self.database_head()? {
-            db if db.seq > head.seq && db.log_len <= len => {
+            (db, _) if db.seq > head.seq => {
                 self.write_head(&db)?;
                 db
             }
@@ -901,8 +1010,8 @@ impl AuditLog {
     /// log.
     pub fn checkpoint(&mut self) -> Result<(), AuditError> {
         let _lock = lock_dir(&self.dir_handle, &self.dir, true)?;
-        let file = self.current_head()?;
-        let db = self.database_head()?;
+        let file = self.current_head()?.head;
+        let (db, _) = self.database_head()?;
         let head = if db.seq > file.seq { db } else { file };
         if head.seq == 0 {
             return Ok(());
@@ -915,15 +1024,24 @@ fn to_i64(value: u64) -> Result<i64, AuditError> {
     i64::try_from(value).map_err(|_| AuditError::Db(rusqlite::Error::IntegralValueOutOfRange(0, i64::MAX)))
 }
 
-fn read_head(conn: &Connection) -> Result<Head, AuditError> {
+/// The database's head, and whether it says this directory keeps a head
+/// file (schema 2 on; `verify` reads older databases as they are).
+fn read_head(conn: &Connection) -> Result<(Head, bool), AuditError> {
     let (seq, hash, log_len): (i64, String, i64) = conn
         .prepare_cached("SELECT seq, hash, log_len FROM head WHERE id = 1")?
         .query_row([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?;
-    Ok(Head {
+    let version: i64 = conn.query_row("PRAGMA user_version", [], |row| row.get(0))?;
+    let keeps_head_file = version >= 2
+        && conn
+            .prepare_cached("SELECT head_file FROM head WHERE id = 1")?
+            .query_row([], |row| row.get::<_, i64>(0))?
+            != 0;
+    let head = Head {
         seq: u64::try_from(seq).map_err(|_| rusqlite::Error::IntegralValueOutOfRange(0, seq))?,
         hash,
         log_len: u64::try_from(log_len).map_err(|_| rusqlite::Error::IntegralValueOutOfRange(2, log_len))?,
-    })
+    };
+    Ok((head, keeps_head_file))
 }
 
 fn open_log(path: &Path) -> Result<File, AuditError> {
@@ -943,26 +1061,43 @@ fn open_log(path: &Path) -> Result<File, AuditError> {
 
 fn open_head(path: &Path) -> Result<File, AuditError> {
     // Written in place with `pwrite`, never renamed over: the descriptor
-    // stays the file. O_NOFOLLOW as for the log.
-    OpenOptions::new()
+    // stays the file. O_NOFOLLOW as for the log; O_NONBLOCK so that a FIFO
+    // planted there cannot block the open, and it is refused below.
+    let file = OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
         .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(path)
-        .map_err(io_err(format!("cannot open {}", path.display())))
+        .map_err(io_err(format!("cannot open the audit head {}", path.display())))?;
+    let meta = file
+        .metadata()
+        .map_err(io_err(format!("cannot stat {}", path.display())))?;
+    if !meta.is_file() {
+        return Err(AuditError::LogMismatch {
+            path: path.to_path_buf(),
+            message: "the audit head is not a regular file".into(),
+        });
+    }
+    Ok(file)
+}
+
+/// The error for a head file that cannot be trusted, with what to do.
+fn damaged_head(path: &Path, dir: &Path, reason: &str) -> AuditError {
+    AuditError::LogMismatch {
+        path: path.to_path_buf(),
+        message: format!(
+            "the audit head is damaged: {reason}. Nothing is appended to this log until the file is restored from a copy; `tether-exec audit verify` shows how far the log is vouched for. To go on without it, move {} aside: a new log starts, and the old one stays as evidence",
+            dir.display()
+        ),
+    }
 }
 
 /// The head file's head; `None` when it was never written.
-fn read_head_file(file: &File, path: &Path) -> Result<Option<Head>, AuditError> {
-    decode_head(&read_head_bytes(file, path)?).map_err(|message| AuditError::LogMismatch {
-        path: path.to_path_buf(),
-        message: format!(
-            "the audit head is damaged: {message}. Moving it aside makes the next append start from the database's last checkpoint, keeping later records in a quarantine file"
-        ),
-    })
+fn read_head_file(file: &File, path: &Path, dir: &Path) -> Result<Option<HeadLine>, AuditError> {
+    decode_head(&read_head_bytes(file, path)?).map_err(|reason| damaged_head(path, dir, &reason))
 }
 
 /// The head file's bytes. Its length is fixed and small; of anything
@@ -1181,23 +1316,16 @@ impl Snapshot {
         let handle = File::open(dir).map_err(io_err(format!("cannot open {}", dir.display())))?;
         let _lock = lock_dir(&handle, dir, false).ok();
         let head_path = dir.join(HEAD_FILE);
-        let (file_head, head_fault) = match OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&head_path)
-        {
-            Ok(file) => match decode_head(&read_head_bytes(&file, &head_path)?) {
-                Ok(head) => (head, None),
-                Err(fault) => (None, Some(fault)),
-            },
-            Err(err) if err.kind() == io::ErrorKind::NotFound => (None, None),
-            Err(err) => return Err(io_err(format!("cannot read {}", head_path.display()))(err)),
-        };
+        let (file_head, mut head_fault) = read_head_for_verify(&head_path)?;
         let (db_head, checkpoints) = read_database(&dir.join(DB_FILE))?;
+        if let (None, None, Some((_, true))) = (&file_head, &head_fault, &db_head) {
+            head_fault =
+                Some("it is missing or empty, but the database says this directory keeps one: it was deleted".into());
+        }
         let (head, head_source) = match (file_head, db_head) {
-            (Some(file), Some(db)) if db.seq > file.seq => (db, HeadSource::Database),
+            (Some(file), Some((db, _))) if db.seq > file.seq => (db, HeadSource::Database),
             (Some(file), _) => (file, HeadSource::File),
-            (None, Some(db)) => (db, HeadSource::Database),
+            (None, Some((db, _))) => (db, HeadSource::Database),
             (None, None) => (Head::genesis(), HeadSource::Nothing),
         };
         Ok(Snapshot {
@@ -1211,9 +1339,41 @@ impl Snapshot {
     }
 }
 
+/// The head file's head, or what is wrong with it; `(None, None)` when it
+/// is missing or was never written.
+fn read_head_for_verify(path: &Path) -> Result<(Option<Head>, Option<String>), AuditError> {
+    let file = match OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+    {
+        Ok(file) => file,
+        Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok((None, None)),
+        Err(err) if err.raw_os_error() == Some(libc::ELOOP) => {
+            return Ok((None, Some("it is a symbolic link".into())));
+        }
+        Err(err) => return Err(io_err(format!("cannot read {}", path.display()))(err)),
+    };
+    if !file
+        .metadata()
+        .map_err(io_err(format!("cannot stat {}", path.display())))?
+        .is_file()
+    {
+        return Ok((None, Some("it is not a regular file".into())));
+    }
+    Ok(match decode_head(&read_head_bytes(&file, path)?) {
+        Ok(line) => (line.map(|l| l.head), None),
+        Err(fault) => (None, Some(fault)),
+    })
+}
+
+/// The database's head (with whether it says a head file is kept) and its
+/// checkpoints.
+type DatabaseView = (Option<(Head, bool)>, Vec<CheckpointRow>);
+
 /// The database's head and checkpoints; nothing when there is no database.
 /// The caller holds the directory's lock, so no append writes meanwhile.
-fn read_database(db_path: &Path) -> Result<(Option<Head>, Vec<CheckpointRow>), AuditError> {
+fn read_database(db_path: &Path) -> Result<DatabaseView, AuditError> {
     if !db_path.exists() {
         return Ok((None, Vec::new()));
     }

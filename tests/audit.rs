@@ -128,9 +128,14 @@ fn set_head_to(state: &Path, lines: &[String]) {
     .unwrap();
 }
 
-/// Writes `audit/head` in its documented layout, check field included.
+/// Writes `audit/head` in its documented layout, check field included, as
+/// written in a boot that is not this one.
 fn write_head_file(state: &Path, seq: u64, hash: &str, log_len: u64) {
-    let body = format!("tether-exec audit head v1 seq={seq:020} log_len={log_len:020} hash={hash}");
+    write_head_file_in_boot(state, seq, hash, log_len, "00000000-0000-0000-0000-000000000000");
+}
+
+fn write_head_file_in_boot(state: &Path, seq: u64, hash: &str, log_len: u64, boot: &str) {
+    let body = format!("tether-exec audit head v1 seq={seq:020} log_len={log_len:020} hash={hash} boot={boot}");
     let check = hex::encode(&Sha256::digest(body.as_bytes())[..8]);
     fs::write(audit_dir(state).join("head"), format!("{body} check={check}\n")).unwrap();
 }
@@ -464,12 +469,160 @@ fn a_directory_whose_head_is_only_in_the_database_is_carried_over() {
     let state = make_log(20);
     AuditLog::open(state.path()).unwrap().checkpoint().unwrap();
     fs::remove_file(audit_dir(state.path()).join("head")).unwrap();
+    // The schema those builds wrote.
+    let conn = rusqlite::Connection::open(db_path(state.path())).unwrap();
+    conn.execute_batch("ALTER TABLE head DROP COLUMN head_file; PRAGMA user_version = 1;")
+        .unwrap();
+    drop(conn);
     assert_eq!(verify(state.path()).unwrap().problem, None);
     let mut log = AuditLog::open(state.path()).unwrap();
     assert_eq!(log.append(entry(21)).unwrap(), 21);
     drop(log);
     let report = verify(state.path()).unwrap();
     assert_eq!((report.records, report.problem), (21, None));
+}
+
+#[test]
+fn a_head_file_replaced_under_a_running_writer_is_followed() {
+    // A copy renamed over `head` (a restore, an editor, rsync) while a
+    // launcher has it open: the launcher must write the file now in place,
+    // or the next writer would quarantine its committed records.
+    let state = make_log(10);
+    let head = audit_dir(state.path()).join("head");
+    let mut running = AuditLog::open(state.path()).unwrap();
+    let copy = audit_dir(state.path()).join("head.copy");
+    fs::copy(&head, &copy).unwrap();
+    fs::rename(&copy, &head).unwrap();
+    assert_eq!(running.append(entry(11)).unwrap(), 11);
+    let mut other = AuditLog::open(state.path()).unwrap();
+    assert_eq!(other.append(entry(12)).unwrap(), 12);
+    assert_eq!(running.append(entry(13)).unwrap(), 13);
+    let report = verify(state.path()).unwrap();
+    assert_eq!((report.records, report.problem), (13, None));
+    let quarantined = fs::read_dir(audit_dir(state.path()))
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with("quarantine-")
+        })
+        .count();
+    assert_eq!(quarantined, 0);
+}
+
+/// The log and head file of a directory as they were before record 256 (a
+/// checkpoint) was appended, then 256 appended: returns what the log and
+/// head file held before.
+fn state_before_a_checkpoint() -> (tempfile::TempDir, Vec<u8>, Vec<u8>) {
+    let state = make_log(255);
+    let log_before = fs::read(log_path(state.path())).unwrap();
+    let head_before = fs::read(audit_dir(state.path()).join("head")).unwrap();
+    assert_eq!(AuditLog::open(state.path()).unwrap().append(entry(256)).unwrap(), 256);
+    (state, log_before, head_before)
+}
+
+#[test]
+fn after_a_power_cut_a_database_ahead_of_the_log_stops_appends() {
+    // A power cut kept the checkpoint commit of record 256 but lost record
+    // 256's line and head write. The first append of the new boot consults
+    // the database and refuses, rather than write another record 256.
+    let (state, log_before, _) = state_before_a_checkpoint();
+    fs::write(log_path(state.path()), &log_before).unwrap();
+    let before: AuditRecord = serde_json::from_str(
+        log_before
+            .split(|&b| b == b'\n')
+            .nth(254)
+            .map(|l| std::str::from_utf8(l).unwrap())
+            .unwrap(),
+    )
+    .unwrap();
+    write_head_file(state.path(), 255, &before.hash, log_before.len() as u64);
+    let err = AuditLog::open(state.path()).unwrap().append(entry(256)).unwrap_err();
+    assert!(err.to_string().contains("truncated"), "{err}");
+    assert_eq!(
+        fs::read(log_path(state.path())).unwrap(),
+        log_before,
+        "nothing was appended"
+    );
+    assert_eq!(problem_of(&verify(state.path()).unwrap()).0, ProblemKind::Truncated);
+}
+
+#[test]
+fn a_database_ahead_of_a_rolled_back_log_is_not_buried_in_the_same_boot() {
+    // The same rollback within one boot (only by hand): the appends up to
+    // the next checkpoint cannot see it cheaply, but that checkpoint's
+    // commit finds the database further on and refuses.
+    let (state, log_before, head_before) = state_before_a_checkpoint();
+    fs::write(log_path(state.path()), &log_before).unwrap();
+    fs::write(audit_dir(state.path()).join("head"), &head_before).unwrap();
+    let err = AuditLog::open(state.path()).unwrap().append(entry(256)).unwrap_err();
+    assert!(err.to_string().contains("lost records"), "{err}");
+    assert_eq!(
+        fs::read(log_path(state.path())).unwrap(),
+        log_before,
+        "nothing was appended"
+    );
+    assert_eq!(problem_of(&verify(state.path()).unwrap()).0, ProblemKind::Truncated);
+}
+
+#[test]
+fn a_fifo_head_is_reported_without_hanging() {
+    let state = make_log(3);
+    let head = audit_dir(state.path()).join("head");
+    fs::remove_file(&head).unwrap();
+    let path = std::ffi::CString::new(head.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: mkfifo with a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let dir = state.path().to_path_buf();
+    std::thread::spawn(move || tx.send(verify(&dir).unwrap()).unwrap());
+    let report = rx
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("verify hung on a FIFO head");
+    assert!(
+        report.problem.as_ref().unwrap().detail.contains("not a regular file"),
+        "{report:?}"
+    );
+    let err = AuditLog::open(state.path()).map(|_| ()).unwrap_err();
+    assert!(err.to_string().contains("not a regular file"), "{err}");
+}
+
+#[test]
+fn a_head_at_the_largest_seq_is_refused_not_wrapped() {
+    let state = make_log(3);
+    let lines = read_lines(state.path());
+    let last: AuditRecord = serde_json::from_str(&lines[2]).unwrap();
+    let len = fs::metadata(log_path(state.path())).unwrap().len();
+    write_head_file(state.path(), u64::MAX, &last.hash, len);
+    let err = AuditLog::open(state.path()).unwrap().append(entry(4)).unwrap_err();
+    assert!(err.to_string().contains("cannot grow"), "{err}");
+    assert_eq!(read_lines(state.path()).len(), 3);
+}
+
+#[test]
+fn a_deleted_head_file_is_damage_once_the_database_knows_of_it() {
+    // With 300 records the database's head is at the checkpoint, 256. An
+    // emptied or deleted head file with the log cut back to 256 must not
+    // pass for a directory carried over from an earlier build.
+    let state = make_log(300);
+    let lines = read_lines(state.path());
+    let head = audit_dir(state.path()).join("head");
+    for how in ["emptied", "deleted"] {
+        write_lines(state.path(), &lines[..256]);
+        if how == "emptied" {
+            fs::write(&head, b"").unwrap();
+        } else {
+            fs::remove_file(&head).unwrap();
+        }
+        let report = verify(state.path()).unwrap();
+        let problem = report.problem.unwrap_or_else(|| panic!("{how}: a clean verify"));
+        assert!(problem.detail.contains("it was deleted"), "{how}: {problem:?}");
+        let err = AuditLog::open(state.path()).unwrap().append(entry(257)).unwrap_err();
+        assert!(err.to_string().contains("it was deleted"), "{how}: {err}");
+        assert_eq!(read_lines(state.path()).len(), 256, "{how}: nothing was appended");
+    }
 }
 
 #[test]
