@@ -37,6 +37,9 @@ pub struct Finished {
     /// (see `apply::Outcome::hold_init`): dropped last, once the result is
     /// out, the kernel's dismantling of the sandbox never delays it.
     pub hold_init: Option<HoldInit>,
+    /// Work left once the result is out: removing a preview that landed.
+    /// See [`LandedPreview::done_after_exit`].
+    pub after: Option<LandedPreview>,
 }
 
 /// See [`Finished::hold_init`].
@@ -51,6 +54,7 @@ impl Finished {
             stderr: vec![line.into()],
             replay: None,
             hold_init: None,
+            after: None,
         }
     }
 }
@@ -369,6 +373,7 @@ fn not_started(
         stderr,
         replay: None,
         hold_init: None,
+        after: None,
     }
 }
 
@@ -717,6 +722,7 @@ fn execute(
         stderr,
         replay: None,
         hold_init: hold_init.map(HoldInit),
+        after: None,
     }
 }
 
@@ -963,6 +969,7 @@ pub fn resume(id: &str, state: &Path) -> Finished {
                 stderr: vec![why, format!("tether-exec: and the refusal could not be audited: {e}")],
                 replay: None,
                 hold_init: None,
+                after: None,
             };
         }
         Finished::new(code, receipt, why)
@@ -1171,7 +1178,7 @@ pub fn resume(id: &str, state: &Path) -> Finished {
                 match store.finish(ticket, &result) {
                     Ok(()) => {
                         if let PreviewLanding::Landed(l) = landed {
-                            l.done();
+                            done.after = Some(l);
                         }
                     }
                     // The journal stays: the next resume finds the landing
@@ -1331,6 +1338,7 @@ fn land_preview(
         stderr,
         replay: Some((out, err)),
         hold_init: None,
+        after: None,
     };
     (done, landed)
 }
@@ -1563,6 +1571,7 @@ fn finish_interrupted_landing(
         stderr,
         replay: Some((out, err)),
         hold_init: None,
+        after: None,
     }
 }
 

@@ -664,7 +664,7 @@ fn with_state(explicit: Option<PathBuf>, f: impl FnOnce(&Path) -> i32) -> i32 {
 }
 
 /// Print tether-exec's lines, write the receipt, return the exit code.
-fn finish(done: crate::launch::Finished, receipt_path: Option<&Path>) -> i32 {
+fn finish(mut done: crate::launch::Finished, receipt_path: Option<&Path>) -> i32 {
     if let Some((out, err)) = &done.replay {
         use std::io::Write;
         let _ = std::io::stdout().write_all(out);
@@ -673,13 +673,18 @@ fn finish(done: crate::launch::Finished, receipt_path: Option<&Path>) -> i32 {
     for line in &done.stderr {
         eprintln!("{line}");
     }
+    let mut code = done.code;
     if let Some(p) = receipt_path {
         if let Err(e) = done.receipt.write(p) {
             error_line(&format!("cannot write the receipt to {}: {e}", p.display()));
-            return exit::INTERNAL;
+            code = exit::INTERNAL;
         }
     }
-    done.code
+    // Everything is said: what is left is housekeeping nobody waits for.
+    if let Some(landed) = done.after.take() {
+        landed.done_after_exit();
+    }
+    code
 }
 
 fn run(spec: &CommandSpec, session: Option<String>, receipt_path: Option<&Path>, state_dir: Option<PathBuf>) -> i32 {

@@ -664,6 +664,54 @@ impl LandedPreview {
         cleanup(&self.dir, &self.workspace, self.removals);
         let _ = std::fs::remove_file(&self.link);
     }
+
+    /// [`done`](Self::done), in a child of its own, once the caller has said
+    /// everything and is about to exit: a harness waits for the launcher's
+    /// exit and the end of its output, not for this removal (about a
+    /// millisecond of file system metadata on ext4). The child holds the
+    /// preview's lock until it is done, so no other start removes it
+    /// meanwhile; a child that cannot be made, or dies, leaves the preview of
+    /// an action on record as done, which the next resume of it or start
+    /// removes (see [`remove_landed_preview`]).
+    ///
+    /// Call only from a single-threaded process (the launcher is, once its
+    /// sandbox is gone), right before it exits.
+    pub fn done_after_exit(self) {
+        use std::io::Write;
+        // The child never writes to them; nothing buffered may be lost or doubled.
+        let _ = std::io::stdout().flush();
+        let _ = std::io::stderr().flush();
+        // SAFETY: fork in a single-threaded process (see above), so the child
+        // may go on with Rust code; it leaves through `_exit`, running no
+        // destructor or exit handler of the parent's.
+        match unsafe { libc::fork() } {
+            0 => {
+                // Out of the harness's session and off its pipes, so that it
+                // sees the end of the output when the parent exits.
+                // SAFETY: plain system calls on this process's own descriptors.
+                unsafe {
+                    libc::setsid();
+                    let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
+                    if null >= 0 {
+                        for fd in 0..3 {
+                            libc::dup2(null, fd);
+                        }
+                    } else {
+                        for fd in 0..3 {
+                            libc::close(fd);
+                        }
+                    }
+                }
+                self.done();
+                // SAFETY: see above.
+                unsafe { libc::_exit(0) }
+            }
+            -1 => self.done(),
+            // The lock is the child's now: dropping it here would unlock the
+            // descriptor both share. It closes with this process.
+            _ => std::mem::forget(self),
+        }
+    }
 }
 
 /// Who began a preview's landing: the action and its run (the resume that

@@ -196,6 +196,17 @@ pub fn host_git(w: &World, args: &[&str]) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
+/// Waits (up to 20 s) until `done()` holds; whether it does. For what the
+/// launcher leaves to a child once its result is out (removing a landed
+/// preview).
+pub fn eventually(done: impl Fn() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !done() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    done()
+}
+
 /// Waits (up to 20 s) until `p` exists; whether it does.
 pub fn wait_for(p: &Path) -> bool {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
