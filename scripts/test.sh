@@ -31,7 +31,9 @@ TETHER_EXEC_BIN="$shipped" cargo test --tests --no-fail-fast -- --exact \
   --skip a_finished_landing_moves_the_workspace_generation_on \
   --skip an_unreadable_landing_journal_is_given_up_once \
   --skip a_landing_journal_of_a_run_the_store_does_not_have_is_given_up_unapplied \
-  --skip a_landing_whose_start_cannot_be_synced_lands_nothing_until_approved_again
+  --skip a_landing_whose_start_cannot_be_synced_lands_nothing_until_approved_again \
+  --skip a_preview_removal_cut_short_is_finished_by_the_next_start \
+  --skip the_child_removing_a_preview_keeps_no_descriptor_of_the_harness
 
 scripts/test-python.sh
 scripts/approval-demo.sh >/dev/null && echo "approval demo: ok"

@@ -240,6 +240,158 @@ fn any_next_start_finishes_a_landing_killed_midway() {
     assert_eq!(logged().as_deref(), Some("run\n"), "one run overall");
 }
 
+/// Whether nobody holds the lock on `dir` (a preview's, which a launcher's
+/// child holds while it removes the preview).
+fn lock_free(dir: &std::path::Path) -> bool {
+    use std::os::fd::AsRawFd;
+    let Ok(f) = std::fs::File::open(dir) else {
+        return true;
+    };
+    // SAFETY: flock on a descriptor we own; released when it closes.
+    unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
+}
+
+#[test]
+fn a_preview_removal_cut_short_is_finished_by_the_next_start() {
+    // resume removes a landed preview in a child once its result is out.
+    // That child killed midway (debug builds' crash hook) leaves a preview
+    // whose journal is retired: the next start removes the rest.
+    let w = World::new();
+    let (id, _) = hold(&w, POLICY);
+    let dir = preview_dir(&w, &id);
+    assert!(w.tx(&["approve", &id]).status.success());
+    let o = w
+        .command(&["resume", &id])
+        .env("TETHER_EXEC_APPROVER_KEY", w.outside.join("approver.key"))
+        .env("TETHER_EXEC_TEST_CRASH_AT", "preview-removal")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "the launcher itself finished: {}", text(&o));
+    assert_eq!(stdout(&o), "done\n");
+    assert!(exists(&w.ws.join("rnd.bin")), "it landed");
+    assert!(eventually(|| lock_free(&dir)), "the child is gone");
+    assert!(
+        dir.join("journal.landed.json").exists(),
+        "the child died midway, its journal retired"
+    );
+    let landings = || std::fs::read_dir(w.state.join("landings")).map_or(0, |d| d.count());
+    assert_eq!(landings(), 1, "its landing link is still there");
+    let next = w.tx(&["run", "--", "true"]);
+    assert!(next.status.success(), "{}", text(&next));
+    assert!(!dir.exists(), "the next start removed the rest of it");
+    assert_eq!(landings(), 0);
+    let again = w.tx(&["resume", &id]);
+    assert!(text(&again).contains("already ran"), "{}", text(&again));
+}
+
+#[test]
+fn the_child_removing_a_preview_keeps_no_descriptor_of_the_harness() {
+    // A harness that passes a pipe beyond stdio (fd 3 and up, not
+    // close-on-exec) waits for its end: that end must come when resume
+    // exits, not when the child removing the preview is done. The child is
+    // held midway (debug builds' pause hook) while we look.
+    let w = World::new();
+    let (id, _) = hold(&w, POLICY);
+    let dir = preview_dir(&w, &id);
+    assert!(w.tx(&["approve", &id]).status.success());
+    let mut fds = [0; 2];
+    // SAFETY: pipe into a local array; both ends inheritable on purpose.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    let pause = w.root.path().join("paused");
+    let o = w
+        .command(&["resume", &id])
+        .env("TETHER_EXEC_APPROVER_KEY", w.outside.join("approver.key"))
+        .env("TETHER_EXEC_TEST_PAUSE_AT", "preview-removal")
+        .env("TETHER_EXEC_TEST_PAUSE_FILE", &pause)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    // SAFETY: our own write end, closed once.
+    unsafe { libc::close(fds[1]) };
+    assert!(wait_for(&pause), "the child reached the pause");
+    let mut poll = libc::pollfd {
+        fd: fds[0],
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: poll on one valid descriptor, then a read into a local buffer.
+    let ready = unsafe { libc::poll(&mut poll, 1, 5000) };
+    let mut byte = [0u8; 1];
+    let read = unsafe { libc::read(fds[0], byte.as_mut_ptr().cast(), 1) };
+    let child_still_busy = dir.exists();
+    std::fs::remove_file(&pause).unwrap();
+    assert_eq!(
+        (ready, read),
+        (1, 0),
+        "the pipe ended while the child was still at work"
+    );
+    assert!(child_still_busy, "the look happened while the child was paused");
+    assert!(eventually(|| !dir.exists()), "the child finished once let go");
+}
+
+#[test]
+fn as_the_init_of_a_pid_namespace_resume_removes_the_preview_itself() {
+    // A container's entry point is pid 1: its exit kills every other process
+    // of the namespace, a child removing the preview too. Needs a pid
+    // namespace of its own, so root only.
+    if !is_root() {
+        eprintln!("not root: no pid namespace to be the init of");
+        return;
+    }
+    let w = World::new();
+    let (id, _) = hold(&w, POLICY);
+    let dir = preview_dir(&w, &id);
+    assert!(w.tx(&["approve", &id]).status.success());
+    let o = Command::new("unshare")
+        .args(["--pid", "--fork"])
+        .arg(bin())
+        .arg("--state-dir")
+        .arg(&w.state)
+        .args(["resume", &id])
+        .current_dir(&w.ws)
+        .env("TETHER_EXEC_APPROVER_KEY", w.outside.join("approver.key"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(exists(&w.ws.join("rnd.bin")), "it landed");
+    assert!(!dir.exists(), "the preview is gone when resume returns");
+}
+
+#[test]
+fn a_trash_in_the_workspace_is_gone_when_resume_returns() {
+    // A workspace that is a mount of its own (a tmpfs here, a volume in a
+    // container), the state directory elsewhere: a landing that removes files
+    // moves them to a trash in the workspace. The harness's next command must
+    // not see it, so it goes before resume returns, not in the child that
+    // removes the rest. Needs a mount namespace of its own, so root only.
+    if !is_root() {
+        eprintln!("not root: no mount namespace to mount the workspace in");
+        return;
+    }
+    let w = World::new();
+    let mnt = w.root.path().join("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let p = w.policy("require_approval_for = [\"rm\"]\ndefault = \"allow\"\n");
+    let tx = format!("{} --state-dir {}", bin().display(), w.state.display());
+    let script = format!(
+        "set -e; mount -t tmpfs tmpfs {mnt}; mkdir {mnt}/big; cd {mnt}/big; seq 5000 | xargs touch; cd {mnt}; \
+         {tx} run --policy {p} -c 'rm -r big' 2>/dev/null || test $? = 75; \
+         id=$({tx} pending | grep -o 'apr_[0-9a-f]*' | head -n 1); \
+         {tx} approve $id >/dev/null; {tx} resume $id; echo left:; ls -A {mnt}",
+        mnt = mnt.display(),
+        p = p.display()
+    );
+    let o = Command::new("unshare")
+        .args(["-m", "sh", "-c", &script])
+        .env("TETHER_EXEC_APPROVER_KEY", w.outside.join("approver.key"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let out = stdout(&o);
+    let left = out.split("left:\n").nth(1).unwrap_or_else(|| panic!("{}", text(&o)));
+    assert_eq!(left, "", "the workspace holds this once resume returned: {left}");
+}
+
 /// An action held (with its preview) and approved, whose resume was killed at `at`.
 fn approved_then_killed_at(at: &str) -> (World, String) {
     let w = World::new();

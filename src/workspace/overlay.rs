@@ -111,6 +111,11 @@ const LOCK: &str = "lock";
 const JOURNAL: &str = "journal.json";
 /// A preview's journal whose landing failed and was given up.
 const FAILED_JOURNAL: &str = "journal.failed.json";
+/// A landed journal, renamed so that nothing applies it again while the
+/// capture it describes is removed. It is the capture's last entry to go,
+/// so a removal cut short is still recognizable (see
+/// [`interrupted_preview_landings`]), and it still names the workspace.
+const RETIRED_JOURNAL: &str = "journal.landed.json";
 
 fn err(path: &Path, e: std::io::Error) -> WorkspaceError {
     WorkspaceError::Read {
@@ -661,46 +666,69 @@ pub struct LandedPreview {
 impl LandedPreview {
     /// The result is on record: remove the preview, journal and all.
     pub fn done(self) {
-        cleanup(&self.dir, &self.workspace, self.removals);
+        // `cleanup`, with a test hook where a child doing it may be killed.
+        retire_journal(&self.dir, &self.workspace, self.removals);
+        let _ = std::fs::remove_dir_all(trash_dir(&self.dir, &self.workspace));
+        crash_point("preview-removal");
+        remove_capture(&self.dir);
         let _ = std::fs::remove_file(&self.link);
     }
 
     /// [`done`](Self::done), in a child of its own, once the caller has said
     /// everything and is about to exit: a harness waits for the launcher's
     /// exit and the end of its output, not for this removal (about a
-    /// millisecond of file system metadata on ext4). The child holds the
-    /// preview's lock until it is done, so no other start removes it
-    /// meanwhile; a child that cannot be made, or dies, leaves the preview of
-    /// an action on record as done, which the next resume of it or start
-    /// removes (see [`remove_landed_preview`]).
+    /// millisecond of file system metadata on ext4, far more for a landing
+    /// that removed many files). The child holds the preview's lock until it
+    /// is done, so no other start touches it meanwhile, and removes the
+    /// landing link last: a child killed midway leaves a link to a preview
+    /// whose retired journal says the rest is to be removed, which the next
+    /// start does ([`interrupted_preview_landings`]).
+    ///
+    /// Done here, before the hand-off, whatever the harness's next command
+    /// could see: a trash in the workspace (a landing across filesystems that
+    /// removed files). Done here whole when this process is the init of a
+    /// pid namespace, whose exit would take the child with it.
     ///
     /// Call only from a single-threaded process (the launcher is, once its
     /// sandbox is gone), right before it exits.
     pub fn done_after_exit(self) {
         use std::io::Write;
+        if std::process::id() == 1 {
+            self.done();
+            return;
+        }
+        let ws_trash = trash_dir(&self.dir, &self.workspace);
+        if std::fs::symlink_metadata(&ws_trash).is_ok() {
+            retire_journal(&self.dir, &self.workspace, self.removals);
+            let _ = std::fs::remove_dir_all(&ws_trash);
+        }
         // The child never writes to them; nothing buffered may be lost or doubled.
         let _ = std::io::stdout().flush();
         let _ = std::io::stderr().flush();
+        let lock_fd = std::os::fd::AsRawFd::as_raw_fd(&*self._lock) as u32;
         // SAFETY: fork in a single-threaded process (see above), so the child
         // may go on with Rust code; it leaves through `_exit`, running no
         // destructor or exit handler of the parent's.
         match unsafe { libc::fork() } {
             0 => {
-                // Out of the harness's session and off its pipes, so that it
-                // sees the end of the output when the parent exits.
+                // Out of the harness's session, off its pipes and off every
+                // descriptor it or this launcher left open (a harness waits
+                // for the end of a pipe it passed), keeping only the lock.
                 // SAFETY: plain system calls on this process's own descriptors.
                 unsafe {
                     libc::setsid();
                     let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
-                    if null >= 0 {
-                        for fd in 0..3 {
+                    for fd in 0..3 {
+                        if null >= 0 {
                             libc::dup2(null, fd);
-                        }
-                    } else {
-                        for fd in 0..3 {
+                        } else {
                             libc::close(fd);
                         }
                     }
+                    if lock_fd > 3 {
+                        libc::syscall(libc::SYS_close_range, 3u32, lock_fd - 1, 0u32);
+                    }
+                    libc::syscall(libc::SYS_close_range, lock_fd + 1, u32::MAX, 0u32);
                 }
                 self.done();
                 // SAFETY: see above.
@@ -755,9 +783,17 @@ pub fn interrupted_preview_landings(state: &Path) -> Vec<String> {
         };
         if dir.join(JOURNAL).exists() {
             found.push(id);
-        } else {
-            let _ = std::fs::remove_file(e.path());
+            continue;
         }
+        // Landed, and its removal cut short (a launcher's child killed
+        // midway): the rest of it goes now.
+        if let Some(j) = std::fs::read(dir.join(RETIRED_JOURNAL))
+            .ok()
+            .and_then(|t| serde_json::from_slice::<Journal>(&t).ok())
+        {
+            cleanup(&dir, &j.workspace, j.has_removals());
+        }
+        let _ = std::fs::remove_file(e.path());
     }
     found
 }
@@ -1604,11 +1640,18 @@ fn owner_to_give(made: &std::fs::Metadata) -> Option<(u32, u32)> {
 /// the landing with the capture's: a journal brought back with its sources
 /// would copy them again over the person's later edits.
 fn cleanup(dir: &Path, ws: &Path, removals: bool) {
-    if std::fs::remove_file(dir.join(JOURNAL)).is_ok() && (removals || !same_mount(dir, ws)) {
-        let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());
-    }
+    retire_journal(dir, ws, removals);
     let _ = std::fs::remove_dir_all(trash_dir(dir, ws));
     remove_capture(dir);
+}
+
+/// The first step of [`cleanup`]: the journal is renamed out of the way (and
+/// that made durable where a power cut could otherwise bring it back, see
+/// above) before anything it refers to is removed. A no-op once done.
+fn retire_journal(dir: &Path, ws: &Path, removals: bool) {
+    if std::fs::rename(dir.join(JOURNAL), dir.join(RETIRED_JOURNAL)).is_ok() && (removals || !same_mount(dir, ws)) {
+        let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());
+    }
 }
 
 /// Strip a capture whose commit used no trash down to its skeleton (`upper`
@@ -1667,6 +1710,7 @@ fn remove_emptied_layout(dir: &Path) -> bool {
         && ["upper", "work/work", "work"]
             .iter()
             .all(|d| gone(std::fs::remove_dir(dir.join(d))))
+        && gone(std::fs::remove_file(dir.join(RETIRED_JOURNAL)))
         && gone(std::fs::remove_dir(dir))
 }
 
