@@ -539,14 +539,16 @@ fn after_a_power_cut_a_database_ahead_of_the_log_stops_appends() {
     )
     .unwrap();
     write_head_file(state.path(), 255, &before.hash, log_before.len() as u64);
-    let err = AuditLog::open(state.path()).unwrap().append(entry(256)).unwrap_err();
-    assert!(err.to_string().contains("truncated"), "{err}");
-    assert_eq!(
-        fs::read(log_path(state.path())).unwrap(),
-        log_before,
-        "nothing was appended"
-    );
-    assert_eq!(problem_of(&verify(state.path()).unwrap()).0, ProblemKind::Truncated);
+    assert_record_256_refused(state.path(), &log_before, "truncated");
+}
+
+/// Appending record 256 again fails, saying `why`, appends nothing, and
+/// `verify` reports the log cut short.
+fn assert_record_256_refused(state: &Path, log_before: &[u8], why: &str) {
+    let err = AuditLog::open(state).unwrap().append(entry(256)).unwrap_err();
+    assert!(err.to_string().contains(why), "{err}");
+    assert_eq!(fs::read(log_path(state)).unwrap(), log_before, "nothing was appended");
+    assert_eq!(problem_of(&verify(state).unwrap()).0, ProblemKind::Truncated);
 }
 
 #[test]
@@ -557,14 +559,7 @@ fn a_database_ahead_of_a_rolled_back_log_is_not_buried_in_the_same_boot() {
     let (state, log_before, head_before) = state_before_a_checkpoint();
     fs::write(log_path(state.path()), &log_before).unwrap();
     fs::write(audit_dir(state.path()).join("head"), &head_before).unwrap();
-    let err = AuditLog::open(state.path()).unwrap().append(entry(256)).unwrap_err();
-    assert!(err.to_string().contains("lost records"), "{err}");
-    assert_eq!(
-        fs::read(log_path(state.path())).unwrap(),
-        log_before,
-        "nothing was appended"
-    );
-    assert_eq!(problem_of(&verify(state.path()).unwrap()).0, ProblemKind::Truncated);
+    assert_record_256_refused(state.path(), &log_before, "lost records");
 }
 
 #[test]
