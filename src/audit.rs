@@ -89,13 +89,15 @@
 //!
 //! # Durability trade-off
 //!
-//! We neither fsync the log and the head file nor run SQLite with
-//! `synchronous=FULL`: an fsync per record costs milliseconds, which would
-//! dominate the launcher's own overhead. The price is that a power loss can
-//! drop the last records from the log or the head. Both directions are
-//! detected, not hidden: a short log is reported as `Truncated`, a log
-//! ahead of the head as `ForgedAppend`. An operator who needs hard durability can copy
-//! checkpoints off the host.
+//! We do not fsync the log and the head file with every record: an fsync
+//! per record costs milliseconds, which would dominate the launcher's own
+//! overhead. The price is that a power loss can drop the last records from
+//! the log or the head. Both directions are detected, not hidden: a short
+//! log is reported as `Truncated`, a log ahead of the head as
+//! `ForgedAppend`. Every 256th record syncs the log, then commits its
+//! checkpoint with `synchronous=FULL`: what a signed checkpoint vouches for
+//! is on disk, and a power cut never leaves a required checkpoint missing.
+//! An operator who needs hard durability can copy checkpoints off the host.
 //!
 //! # What `verify` reports
 //!
@@ -124,10 +126,15 @@
 //!   or the head lies behind a signed checkpoint.
 //!
 //! Limits: an attacker who can write the log, the head file and the
-//! database can still cut records after the last checkpoint (and delete that one
-//! checkpoint if it is not a multiple of 256); only a checkpoint copied off
-//! the host closes that window. Nothing here helps against someone holding
-//! the host key.
+//! database can cut the log back to any record, by also deleting the
+//! checkpoints after it (nothing on the host tells how many there were),
+//! and rewrite or forge every record after that point; the launcher then
+//! signs the rewritten chain at its next checkpoint. Without deleting
+//! checkpoints, the records after the last one are still open to that.
+//! Only checkpoints copied off the host close the window. The key files are
+//! checked to belong to the audit directory's owner and to each other, so
+//! a key pair put in their place by someone else is reported. Nothing here
+//! helps against someone holding the host key, or the owner's account.
 //!
 //! # Redaction
 //!
@@ -235,6 +242,12 @@ pub enum AuditError {
     },
     #[error("audit database: {0}")]
     Db(#[from] rusqlite::Error),
+    #[error("audit database {path}: {source}; `tether-exec audit verify` reports what is wrong with the log")]
+    DbAt {
+        path: PathBuf,
+        #[source]
+        source: rusqlite::Error,
+    },
     #[error("audit record encoding: {0}")]
     Json(#[from] serde_json::Error),
     #[error("audit host key {path}: {message}")]
@@ -661,9 +674,10 @@ fn lock_dir(handle: &File, dir: &Path, exclusive: bool) -> Result<DirLock, Audit
         if Instant::now() >= deadline {
             return Err(AuditError::Io {
                 context: format!(
-                    "cannot lock {}: another process has held its lock for {} s",
+                    "cannot lock {}: another process has held its lock for {} s (`fuser -v {}` names it)",
                     dir.display(),
-                    BUSY_TIMEOUT.as_secs()
+                    BUSY_TIMEOUT.as_secs(),
+                    dir.display()
                 ),
                 source: err,
             });
@@ -769,6 +783,18 @@ impl AuditLog {
             // The database commit is this record's commit point: once it is
             // in, a launcher killed before the head file's write leaves a
             // head file one behind, which the next append rolls forward.
+            // Durable, and the log before it: a power cut can then never
+            // leave a head or log further on than a checkpoint the database
+            // lost (a required checkpoint missing for good), nor a checkpoint
+            // vouching for lines the log lost. Every 256th record pays for
+            // the two syncs.
+            if let Err(source) = self.log.sync_data() {
+                self.cut_log_back(head.log_len);
+                return Err(AuditError::Io {
+                    context: format!("cannot sync {}", self.log_path.display()),
+                    source,
+                });
+            }
             if let Err(err) = self.commit_checkpoint(&new_head) {
                 self.cut_log_back(head.log_len);
                 return Err(err);
@@ -835,7 +861,12 @@ impl AuditLog {
 
     fn db(&mut self) -> Result<&Connection, AuditError> {
         if self.conn.is_none() {
-            self.conn = Some(open_db(&self.dir.join(DB_FILE))?);
+            let path = self.dir.join(DB_FILE);
+            regular_or_absent(&path)?;
+            self.conn = Some(open_db(&path).map_err(|e| match e {
+                AuditError::Db(source) => AuditError::DbAt { path, source },
+                other => other,
+            })?);
         }
         Ok(self.conn.as_ref().expect("opened above"))
     }
@@ -966,6 +997,23 @@ impl AuditLog {
             });
         }
         if len > head.log_len {
+            // Only what follows a whole line: a head whose length falls
+            // inside a record (edited) must not cut that record in two.
+            let mut last = [0u8; 1];
+            let ends_a_line = head.log_len == 0
+                || self
+                    .log
+                    .read_exact_at(&mut last, head.log_len - 1)
+                    .is_ok_and(|()| last[0] == b'\n');
+            if !ends_a_line {
+                return Err(AuditError::LogMismatch {
+                    path: self.head_path.clone(),
+                    message: format!(
+                        "the head says the log ends at byte {} (after seq {}), which is not the end of a line: the head or the log was edited",
+                        head.log_len, head.seq
+                    ),
+                });
+            }
             self.quarantine_tail(&head, len)?;
         }
         Ok(head)
@@ -1049,14 +1097,45 @@ fn open_log(path: &Path) -> Result<File, AuditError> {
     // descriptor (another process) wrote in between. O_NOFOLLOW refuses a
     // symlink planted to redirect records elsewhere. Read access is for
     // moving an uncommitted tail to quarantine.
-    OpenOptions::new()
+    // O_NONBLOCK: a FIFO planted there cannot block the open; it is refused.
+    let file = OpenOptions::new()
         .read(true)
         .append(true)
         .create(true)
         .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(path)
-        .map_err(io_err(format!("cannot open {} for appending", path.display())))
+        .map_err(io_err(format!("cannot open {} for appending", path.display())))?;
+    require_regular(&file, path)?;
+    Ok(file)
+}
+
+/// Refuses anything but a regular file where the audit keeps one (a FIFO
+/// would block every reader, a device would take records away).
+fn require_regular(file: &File, path: &Path) -> Result<(), AuditError> {
+    let meta = file
+        .metadata()
+        .map_err(io_err(format!("cannot stat {}", path.display())))?;
+    if meta.is_file() {
+        Ok(())
+    } else {
+        Err(AuditError::LogMismatch {
+            path: path.to_path_buf(),
+            message: "it is not a regular file; move it aside (`tether-exec audit verify` reports what is left)".into(),
+        })
+    }
+}
+
+/// The database's path, if it holds a regular file (or nothing yet): SQLite
+/// itself would block on a FIFO there.
+fn regular_or_absent(path: &Path) -> Result<(), AuditError> {
+    match fs::symlink_metadata(path) {
+        Ok(m) if !m.is_file() => Err(AuditError::LogMismatch {
+            path: path.to_path_buf(),
+            message: "it is not a regular file; move it aside (`tether-exec audit verify` reports what is left)".into(),
+        }),
+        _ => Ok(()),
+    }
 }
 
 fn open_head(path: &Path) -> Result<File, AuditError> {
@@ -1130,10 +1209,6 @@ fn open_db(path: &Path) -> Result<Connection, AuditError> {
     conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)?;
     // WAL: readers (verify, `audit show`) never block the writer, and a
     // commit is an append to the WAL rather than a rewrite of the journal.
-    // synchronous=NORMAL: no fsync per commit, only at WAL checkpoints; the
-    // database stays consistent on power loss and may lose the last commits,
-    // which `verify` reports (see "Durability trade-off"). Together they keep
-    // an append to tens of microseconds.
     // Many launchers may open a fresh directory at once: these steps can report
     // BUSY without waiting on the busy handler, so they are retried.
     let mode: String = crate::approval::retry_busy(|| conn.query_row("PRAGMA journal_mode", [], |row| row.get(0)))?;
@@ -1141,7 +1216,9 @@ fn open_db(path: &Path) -> Result<Connection, AuditError> {
         let _: String =
             crate::approval::retry_busy(|| conn.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0)))?;
     }
-    crate::approval::retry_busy(|| conn.execute_batch("PRAGMA synchronous = NORMAL"))?;
+    // FULL: the database is written only with a checkpoint, which must be
+    // on disk when it commits (see `append_locked`).
+    crate::approval::retry_busy(|| conn.execute_batch("PRAGMA synchronous = FULL"))?;
     migrate(&conn)?;
     Ok(conn)
 }
@@ -1317,7 +1394,11 @@ impl Snapshot {
         let _lock = lock_dir(&handle, dir, false).ok();
         let head_path = dir.join(HEAD_FILE);
         let (file_head, mut head_fault) = read_head_for_verify(&head_path)?;
-        let (db_head, checkpoints) = read_database(&dir.join(DB_FILE))?;
+        let db_path = dir.join(DB_FILE);
+        let (db_head, checkpoints) = read_database(&db_path).map_err(|e| match e {
+            AuditError::Db(source) => AuditError::DbAt { path: db_path, source },
+            other => other,
+        })?;
         if let (None, None, Some((_, true))) = (&file_head, &head_fault, &db_head) {
             head_fault =
                 Some("it is missing or empty, but the database says this directory keeps one: it was deleted".into());
@@ -1377,6 +1458,7 @@ fn read_database(db_path: &Path) -> Result<DatabaseView, AuditError> {
     if !db_path.exists() {
         return Ok((None, Vec::new()));
     }
+    regular_or_absent(db_path)?;
     // Read-write when we may (SQLite wants to map the WAL index), read-only
     // for a copy on read-only media.
     let conn = match Connection::open_with_flags(
@@ -1412,12 +1494,17 @@ fn read_database(db_path: &Path) -> Result<DatabaseView, AuditError> {
 
 fn read_log_bytes(dir: &Path) -> Result<Vec<u8>, AuditError> {
     let path = dir.join(LOG_FILE);
-    let mut file = match OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(&path) {
+    let mut file = match OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(&path)
+    {
         Ok(file) => file,
         // A missing log is an empty log; the head tells whether it should be.
         Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(err) => return Err(io_err(format!("cannot read {}", path.display()))(err)),
     };
+    require_regular(&file, &path)?;
     let mut bytes = Vec::new();
     file.read_to_end(&mut bytes)
         .map_err(io_err(format!("cannot read {}", path.display())))?;
@@ -1443,14 +1530,42 @@ fn list_quarantine(dir: &Path) -> Result<Vec<(u64, String)>, AuditError> {
 /// Loads the key that checkpoints must verify with, cross-checked against
 /// the private key when we can read it (as the launcher's user can).
 fn verifying_key(dir: &Path) -> Result<VerifyingKey, String> {
+    // Both key files must be the audit directory owner's: someone else who
+    // can write the directory could otherwise put a key pair of their own
+    // in place and sign a rewritten chain with it.
+    let owner = fs::metadata(dir)
+        .map_err(|e| format!("cannot stat {}: {e}", dir.display()))?
+        .uid();
+    let owned = |name: &str| -> Result<(), String> {
+        match fs::symlink_metadata(dir.join(name)) {
+            Ok(m) if !m.is_file() => Err(format!("{name} is not a regular file")),
+            Ok(m) if m.uid() != owner => Err(format!(
+                "{name} belongs to uid {}, not to the audit directory's owner (uid {owner}): it was replaced",
+                m.uid()
+            )),
+            Ok(_) => Ok(()),
+            Err(e) => Err(format!("cannot read {name}: {e}")),
+        }
+    };
+    owned(PUB_FILE)?;
+    owned(KEY_FILE).map_err(|e| format!("{e}; host.pub cannot be vouched for"))?;
     let text = fs::read_to_string(dir.join(PUB_FILE)).map_err(|e| format!("cannot read host.pub: {e}"))?;
     let mut bytes = [0u8; 32];
     hex::decode_to_slice(text.trim(), &mut bytes).map_err(|e| format!("host.pub is not 32 bytes of hex: {e}"))?;
     let public = VerifyingKey::from_bytes(&bytes).map_err(|e| format!("host.pub is not an Ed25519 key: {e}"))?;
-    if let Ok(secret) = read_secret_key(&dir.join(KEY_FILE)) {
-        if SigningKey::from_bytes(&secret).verifying_key() != public {
-            return Err("host.pub does not belong to host.key".into());
+    // Cross-checked whenever it can be read, whatever its mode; an operator's
+    // account that may not read it (an auditor) checks the signatures alone.
+    match fs::read(dir.join(KEY_FILE)) {
+        Ok(secret) => {
+            let secret: [u8; 32] = secret
+                .try_into()
+                .map_err(|_| "host.key is not 32 bytes; host.pub cannot be vouched for".to_string())?;
+            if SigningKey::from_bytes(&secret).verifying_key() != public {
+                return Err("host.pub does not belong to host.key".into());
+            }
         }
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {}
+        Err(e) => return Err(format!("cannot read host.key ({e}); host.pub cannot be vouched for")),
     }
     Ok(public)
 }
@@ -1662,11 +1777,21 @@ pub fn verify(state_dir: &Path) -> Result<VerifyReport, AuditError> {
     let snap = Snapshot::take(&dir)?;
     let key = verifying_key(&dir);
     let lines = split_lines(&snap.log);
+    // Where each line ends in the log, its newline included (a last line
+    // cut short has none): the head's length must be one of these.
+    let ends: Vec<u64> = lines
+        .iter()
+        .map(|line| {
+            let end = line.as_ptr() as usize - snap.log.as_ptr() as usize + line.len();
+            (end + usize::from(end < snap.log.len())) as u64
+        })
+        .collect();
     let parsed = parse_lines(&lines);
     Ok(Verifier {
         snap: &snap,
         key: &key,
         parsed: &parsed,
+        ends: &ends,
     }
     .run())
 }
@@ -1675,6 +1800,7 @@ struct Verifier<'a> {
     snap: &'a Snapshot,
     key: &'a Result<VerifyingKey, String>,
     parsed: &'a [Result<ParsedLine, LineFault>],
+    ends: &'a [u64],
 }
 
 impl Verifier<'_> {
@@ -1850,6 +1976,19 @@ impl Verifier<'_> {
                     line,
                     ProblemKind::Edited,
                     format!("record {expected} is not the record the head committed (hash differs)"),
+                );
+                return report;
+            }
+            if expected == head.seq && self.ends[index] != head.log_len {
+                fail(
+                    &mut report,
+                    expected,
+                    line,
+                    ProblemKind::Edited,
+                    format!(
+                        "the head says the log ends at byte {} after record {expected}, but that record (its newline included) ends at byte {}: the head or the log was edited",
+                        head.log_len, self.ends[index]
+                    ),
                 );
                 return report;
             }

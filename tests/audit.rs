@@ -621,6 +621,111 @@ fn a_deleted_head_file_is_damage_once_the_database_knows_of_it() {
 }
 
 #[test]
+fn a_key_pair_of_the_attackers_own_is_reported() {
+    // Rewrite record 1, re-sign the checkpoint with a key of one's own, put
+    // its public half in host.pub and take host.key away (so that nothing
+    // can be cross-checked): the signatures all verify with host.pub, but
+    // host.pub is vouched for by nothing.
+    use ed25519_dalek::{Signer, SigningKey};
+    let state = make_log(300);
+    let mut lines = read_lines(state.path());
+    let mut rec: AuditRecord = serde_json::from_str(&lines[0]).unwrap();
+    rec.entry.command = Some("true".into());
+    lines[0] = serde_json::to_string(&rec).unwrap();
+    rechain(&mut lines, 0);
+    write_lines(state.path(), &lines);
+    set_head_to(state.path(), &lines);
+    let mine = SigningKey::from_bytes(&[7u8; 32]);
+    let at_256: AuditRecord = serde_json::from_str(&lines[255]).unwrap();
+    let signature = mine.sign(format!("tether-exec audit checkpoint v1\n256\n{}", at_256.hash).as_bytes());
+    let conn = rusqlite::Connection::open(db_path(state.path())).unwrap();
+    conn.execute(
+        "UPDATE checkpoints SET hash = ?1, signature = ?2 WHERE seq = 256",
+        [at_256.hash.clone(), hex::encode(signature.to_bytes())],
+    )
+    .unwrap();
+    drop(conn);
+    let dir = audit_dir(state.path());
+    fs::write(dir.join("host.pub"), hex::encode(mine.verifying_key().to_bytes())).unwrap();
+    fs::remove_file(dir.join("host.key")).unwrap();
+    let report = verify(state.path()).unwrap();
+    let problem = report.problem.clone().unwrap_or_else(|| panic!("passed: {report:?}"));
+    assert_eq!(problem.kind, ProblemKind::BadCheckpoint, "{problem:?}");
+    assert!(problem.detail.contains("host.key"), "{problem:?}");
+    // A directory in its place, or (as root) a key file of another owner:
+    // the same.
+    fs::create_dir(dir.join("host.key")).unwrap();
+    assert_eq!(problem_of(&verify(state.path()).unwrap()).0, ProblemKind::BadCheckpoint);
+    fs::remove_dir(dir.join("host.key")).unwrap();
+    if is_root() {
+        fs::write(dir.join("host.key"), mine.to_bytes()).unwrap();
+        std::os::unix::fs::chown(dir.join("host.key"), Some(65534), Some(65534)).unwrap();
+        let problem = verify(state.path()).unwrap().problem.unwrap();
+        assert!(
+            problem.detail.contains("not to the audit directory's owner"),
+            "{problem:?}"
+        );
+    }
+}
+
+#[test]
+fn a_head_whose_length_is_not_a_line_end_is_edited_and_cuts_nothing() {
+    let state = make_log(10);
+    let lines = read_lines(state.path());
+    let last: AuditRecord = serde_json::from_str(&lines[9]).unwrap();
+    let len = fs::metadata(log_path(state.path())).unwrap().len();
+    write_head_file(state.path(), 10, &last.hash, len - 100);
+    let problem = verify(state.path()).unwrap().problem.unwrap();
+    assert_eq!((problem.kind, problem.seq), (ProblemKind::Edited, 10), "{problem:?}");
+    let err = AuditLog::open(state.path()).unwrap().append(entry(11)).unwrap_err();
+    assert!(err.to_string().contains("not the end of a line"), "{err}");
+    assert_eq!(read_lines(state.path()), lines, "no record was cut");
+}
+
+#[test]
+fn a_log_whose_last_newline_is_gone_is_not_intact() {
+    let state = make_log(5);
+    let path = log_path(state.path());
+    let len = fs::metadata(&path).unwrap().len();
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(len - 1)
+        .unwrap();
+    let problem = verify(state.path()).unwrap().problem.unwrap();
+    assert_eq!(problem.seq, 5, "{problem:?}");
+}
+
+#[test]
+fn fifos_in_place_of_the_log_or_the_database_are_refused_without_hanging() {
+    let state = make_log(300);
+    let dir = audit_dir(state.path());
+    let fifo = |p: &Path| {
+        let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: mkfifo with a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    };
+    for name in ["log.jsonl", "audit.sqlite"] {
+        let path = dir.join(name);
+        let kept = dir.join(format!("{name}.kept"));
+        fs::rename(&path, &kept).unwrap();
+        fifo(&path);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let st = state.path().to_path_buf();
+        std::thread::spawn(move || tx.send(verify(&st).map(|_| ()).map_err(|e| e.to_string())).unwrap());
+        let result = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .unwrap_or_else(|_| panic!("verify hung on a FIFO {name}"));
+        let err = result.expect_err("a FIFO is not a log");
+        assert!(err.contains(name) && err.contains("not a regular file"), "{err}");
+        fs::remove_file(&path).unwrap();
+        fs::rename(&kept, &path).unwrap();
+    }
+    assert_eq!(verify(state.path()).unwrap().problem, None);
+}
+
+#[test]
 fn a_deleted_required_checkpoint_is_bad_checkpoint() {
     let state = make_log(260);
     let conn = rusqlite::Connection::open(db_path(state.path())).unwrap();
