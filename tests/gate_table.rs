@@ -513,6 +513,31 @@ const DEFAULT_ALLOW_TABLE: &[(&str, Verdict)] = &[
     ("printf -v x '%s' y", A),
     ("read -r line < file", A),
     ("mapfile -t lines < file", A),
+    // --- fifth red-team pass ------------------------------------------------------------------
+    // `{NAME}>file` stores a descriptor in NAME: a redirection, not the program.
+    ("{x}>/dev/null rm victim", Q),
+    ("{x}</dev/null git push origin HEAD:main", Q),
+    // git's dashed programs under any spelling of their directory.
+    ("/usr/local/libexec/git-core/./git-push origin HEAD:main", Q),
+    ("/usr/local/libexec/git-core//git-push origin HEAD:main", Q),
+    // find's `{}` fills in a later word of the command it runs.
+    (": > push; find push -exec git {} origin HEAD:main \\;", Q),
+    ("find sh -exec git pu{} origin HEAD:main \\;", Q),
+    // After `--`, env still takes NAME=VALUE as assignments.
+    ("env -- X=1 rm victim", D),
+    // Programs that run a program named in their arguments.
+    ("ld.so /bin/rm victim", D),
+    ("/lib64/ld-linux-x86-64.so.2 /bin/rm victim", D),
+    ("/lib64/ld-linux-x86-64.so.2 /usr/bin/true", Q),
+    ("x86_64 rm victim", D),
+    ("npx -c 'rm victim'", Q),
+    ("npm exec -c 'rm victim'", Q),
+    ("ssh -o ProxyCommand='rm victim' x", Q),
+    ("zip -q x.zip v -T -TT 'rm victim;:'", Q),
+    // An option only known at run time, where git takes a program.
+    ("git grep $(echo -Orm) data", Q),
+    // `$[...]`, an old spelling of arithmetic.
+    ("echo $[PATH=1] >/dev/null; ls", Q),
 ];
 
 #[test]
@@ -672,6 +697,31 @@ const ALLOWLIST_TABLE: &[(&str, Verdict)] = &[
     ("f() { ls; }; f; f | wc -l", A),
     ("x=$(ls); echo \"$x\"", A),
     ("cat <<EOF\nline\nEOF", A),
+    // --- fifth red-team pass ------------------------------------------------------------------
+    ("mkdir 10; cp /bin/rm 10/ls; echo {PATH}>/dev/null; ls victim", Q),
+    ("cp /bin/rm ls; unset PATH; ls victim", Q),
+    ("mkdir 1; cp /bin/rm 1/ls; ((PATH=1)); ls victim", Q),
+    ("mkdir 1; cp /bin/rm 1/ls; let PATH=1; ls victim", Q),
+    ("mkdir 1; cp /bin/rm 1/ls; echo $[PATH=1] >/dev/null; ls victim", Q),
+    ("cp /bin/rm 1; ((BASH_CMDS[ls]=1)); ls victim", Q),
+    // A value slot whose word splits into more words at run time.
+    ("find victim -name $(echo \"victim -exec rm {} ;\")", Q),
+    ("find victim -exec ls $(echo '{} ; -exec rm {}') \\;", Q),
+    ("find ../victim ! -name * rm {} \\;", Q),
+    (
+        "tar -xf $(echo 'victim --checkpoint=1 --checkpoint-action=exec=rm${IFS}victim')",
+        Q,
+    ),
+    (
+        "valgrind -q --tool=none /usr/local/libexec/git-core/git-push origin HEAD:main",
+        Q,
+    ),
+    // Everyday commands that stay allowed.
+    ("find . -name '*.rs' -exec grep -n TODO {} +", A),
+    ("find . -name \"$x\"", A),
+    ("tar -xf \"$archive\"", A),
+    ("unset x; ls", A),
+    ("((n=1)); echo $n", A),
 ];
 
 #[test]

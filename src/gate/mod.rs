@@ -37,8 +37,14 @@
 //! - startup files a login shell reads (`bash -l` reads `~/.profile`, and
 //!   `HOME` is the workspace), and git's configuration in the workspace
 //!   (`~/.gitconfig`, `~/.config/git/config`: aliases, `core.fsmonitor`);
-//! - values read at run time and then evaluated (a variable read from a
-//!   file and used in arithmetic); literal ones are (`x='a[$(cmd)]'` asks).
+//! - values read or put together at run time and then evaluated (a
+//!   variable read from a file and used in arithmetic; `p='$'; x="a[${p}(cmd)]";
+//!   echo $((x))`, whose `$(` exists only once `$p` is expanded); literal
+//!   ones are (`x='a[$(cmd)]'` asks);
+//! - programs that run code they were given the means to write (`cargo
+//!   test` runs the workspace's tests, which the agent may have edited), so
+//!   an option of theirs that runs a program is judged only where it adds
+//!   nothing else (`cargo --config`).
 
 pub mod normalize;
 pub mod parse;
@@ -490,9 +496,14 @@ impl Gate<'_> {
             }
             let mut prog = normalize::program(&first);
             // `/usr/lib/git-core/git-push` is `git push`.
-            let in_gits_dir = first
-                .rsplit_once('/')
-                .is_some_and(|(dir, _)| dir.ends_with("git-core") || prog.name != first);
+            // Its directory however spelled (`git-core/./`, `git-core//`;
+            // a `..` on the way could lead anywhere, so it counts too).
+            let in_gits_dir = first.rsplit_once('/').is_some_and(|(dir, _)| {
+                let mut parts = std::path::Path::new(dir).components();
+                parts.clone().any(|c| c == std::path::Component::ParentDir)
+                    || parts.next_back().is_some_and(|c| c.as_os_str() == "git-core")
+                    || prog.name != first
+            });
             if let Some(sub) = prog.base.strip_prefix("git-").filter(|s| !s.is_empty() && in_gits_dir) {
                 let sub = sub.to_string();
                 words.splice(0..1, [Word::Lit("git".into()), Word::Lit(sub)]);
@@ -721,10 +732,20 @@ impl Gate<'_> {
             if role == "find" {
                 for (a, b) in normalize::find_exec_ranges(&words) {
                     if a < b {
+                        // find puts each path it finds where `{}` stands, in
+                        // any word (`git pu{}`): those words are only known
+                        // at run time. (The program's own name is judged
+                        // for it as it stands.)
+                        let mut inner = words[a..b].to_vec();
+                        for w in inner.iter_mut().skip(1) {
+                            if w.lit().is_some_and(|t| t.contains("{}")) {
+                                *w = Word::Dynamic(w.display().to_string());
+                            }
+                        }
                         queue.push_back(Unit::EnterShell);
                         queue.push_back(Unit::Command(Simple {
                             assignments: vec![],
-                            words: words[a..b].to_vec(),
+                            words: inner,
                             redirects: vec![],
                             cwd: Cwd::Unknown,
                             depth: depth + 1,

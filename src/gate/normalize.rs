@@ -186,7 +186,14 @@ pub fn unwrap(prog: &str, words: &[Word]) -> Unwrapped {
                     "-i" | "--ignore-environment" | "-0" | "--null" | "-v" | "--debug" | "-" => i += 1,
                     "-u" | "--unset" | "-C" | "--chdir" => i += 2,
                     "--" => {
+                        // Options end here; assignments do not.
                         i += 1;
+                        while let Some((name, _)) = lit(words, i).and_then(|w| w.split_once('=')) {
+                            if crate::policy::is_dangerous_env(name) && ask.is_none() {
+                                ask = Some(format!("`env` sets {name}, which changes what programs run"));
+                            }
+                            i += 1;
+                        }
                         break;
                     }
                     "-S" | "--split-string" => {
@@ -452,6 +459,12 @@ pub fn unwrap(prog: &str, words: &[Word]) -> Unwrapped {
         },
         _ if SHELLS.contains(&prog) => shell(prog, words),
         "tar" if tar_runs_a_program(words) => Unwrapped::Ask("`tar` is given an option that runs a program".into()),
+        _ if is_dynamic_loader(prog) => Unwrapped::Unparsed(format!(
+            "`{prog}`, the dynamic loader, runs the program its arguments name"
+        )),
+        "npm" if matches!(lit(words, 1), Some("exec" | "x")) => {
+            Unwrapped::Unparsed("`npm exec` runs a command or package its arguments name".into())
+        }
         _ if UNPARSED_EXEC_WRAPPERS.contains(&prog) => Unwrapped::Unparsed(format!(
             "`{prog}` can run a program given in its arguments, and the gate does not parse its options"
         )),
@@ -538,6 +551,12 @@ pub fn reads_a_stream(path: &str) -> bool {
 /// options the gate does not parse: what they run is not understood, so
 /// they ask (a deny rule naming the program itself still denies).
 pub const UNPARSED_EXEC_WRAPPERS: &[&str] = &[
+    "ld.so",
+    "x86_64",
+    "i386",
+    "i686",
+    "uname26",
+    "npx",
     "taskset",
     "flock",
     "prlimit",
@@ -591,9 +610,17 @@ pub const UNPARSED_EXEC_WRAPPERS: &[&str] = &[
 
 /// Programs that run another program named in their arguments (or read
 /// their options from them), as the gate models them.
+/// `ld-linux-x86-64.so.2`, `ld-2.36.so`, `ld.so`: run the program named after them.
+pub fn is_dynamic_loader(prog: &str) -> bool {
+    prog == "ld.so" || (prog.starts_with("ld-") && prog.contains(".so"))
+}
+
 pub fn runs_other_programs(prog: &str) -> bool {
     is_interpreter(prog)
         || UNPARSED_EXEC_WRAPPERS.contains(&prog)
+        || is_dynamic_loader(prog)
+        // `git-push`, `git-upload-pack`: git's own programs, git's options.
+        || prog.starts_with("git-")
         || matches!(
             prog,
             "env"
@@ -719,14 +746,28 @@ pub fn hides_an_option(prog: &str, words: &[Word]) -> bool {
     } else {
         Vec::new()
     };
+    // A value is one word unless it can become several at run time: an
+    // expansion outside quotes splits, a glob expands to file names (`-exec`
+    // among them). Then its words may be options too, or end `-exec`.
+    let may_be_several = |w: &Word| match w {
+        Word::Lit(_) => false,
+        Word::Pattern(_) => true,
+        Word::Dynamic(raw) => expands_unquoted(raw),
+    };
     let mut operand_next = false;
     for (i, w) in words.iter().enumerate().skip(1) {
         if exec.iter().any(|&(a, b)| i >= a.saturating_sub(1) && i <= b) {
             operand_next = false;
+            if may_be_several(w) {
+                return true;
+            }
             continue; // `-exec`, its command and its terminator
         }
         if std::mem::take(&mut operand_next) {
-            continue; // a test's or an option's value, whatever it is
+            if may_be_several(w) {
+                return true;
+            }
+            continue; // a test's or an option's value
         }
         match w {
             Word::Lit(l) => {
@@ -753,6 +794,23 @@ pub fn hides_an_option(prog: &str, words: &[Word]) -> bool {
                     return true;
                 }
             }
+        }
+    }
+    false
+}
+
+/// Whether a word's text has an expansion (`$`, a backquote) outside quotes,
+/// whose result bash splits into words.
+pub fn expands_unquoted(raw: &str) -> bool {
+    let (mut single, mut double, mut escaped) = (false, false, false);
+    for c in raw.chars() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' if !single => escaped = true,
+            '\'' if !double => single = !single,
+            '"' if !single => double = !double,
+            '$' | '`' if !single && !double => return true,
+            _ => {}
         }
     }
     false
@@ -842,6 +900,54 @@ pub fn runs_code_from_an_option(prog: &str, words: &[Word]) -> Option<String> {
             Some("`set -H`/`-k` changes how bash reads the commands that follow".into())
         }
         "hash" if has(&['p']) => Some("`hash -p` changes which file a command name runs".into()),
+        // `-o ProxyCommand=CMD` (and its kin) run CMD here, `-F FILE` reads
+        // a configuration that may, `-S PROGRAM` (scp, sftp) runs PROGRAM.
+        "ssh" | "scp" | "sftp" | "slogin"
+            if words.iter().skip(1).any(|w| match w.lit() {
+                None => true,
+                Some(w) => {
+                    let lower = w.to_ascii_lowercase();
+                    [
+                        "proxycommand",
+                        "localcommand",
+                        "knownhostscommand",
+                        "permitlocalcommand",
+                        "pkcs11provider",
+                        "securitykeyprovider",
+                        "match",
+                    ]
+                    .iter()
+                    .any(|k| lower.contains(k))
+                        || w.starts_with("-F")
+                        || (prog != "ssh" && w.starts_with("-S"))
+                }
+            }) =>
+        {
+            Some(format!(
+                "`{prog}` is given an option that can run a local command, or one only known at run time"
+            ))
+        }
+        // `-e CMD`/`--rsh=CMD` run CMD as the remote shell; `--rsync-path` the other side's program.
+        "rsync"
+            if words.iter().skip(1).any(|w| {
+                w.lit().is_none_or(|w| {
+                    w.starts_with("-e")
+                        || w.starts_with("--rsh")
+                        || (w.starts_with('-') && !w.starts_with("--") && w.contains('e'))
+                })
+            }) =>
+        {
+            Some("`rsync -e` runs a program as its remote shell".into())
+        }
+        // `-TT CMD`/`--unzip-command` run CMD to test the archive.
+        "zip"
+            if words.iter().skip(1).any(|w| {
+                w.lit()
+                    .is_some_and(|w| w == "-TT" || w.starts_with("--unzip-command") || w.starts_with("-TT"))
+            }) =>
+        {
+            Some("`zip -TT` runs a command to test the archive".into())
+        }
         "jobs" if has(&['x']) => Some("`jobs -x` runs a command".into()),
         "cargo"
             if words
@@ -931,6 +1037,34 @@ pub fn git_runs_a_program(argv: &[Word]) -> Option<String> {
         "filter-branch" | "filter-repo" => true,
         _ => false,
     };
+    // Where an option can name a program, a word only known at run time (or
+    // a glob) may turn out to be that option (`git grep $(echo -Orm)`).
+    let takes_programs = matches!(
+        sub,
+        "grep"
+            | "rebase"
+            | "difftool"
+            | "mergetool"
+            | "clone"
+            | "ls-remote"
+            | "fetch"
+            | "pull"
+            | "push"
+            | "send-pack"
+            | "archive"
+            | "init"
+    );
+    let hidden = takes_programs
+        && argv
+            .iter()
+            .skip(2)
+            .take_while(|a| a.lit() != Some("--"))
+            .any(|a| !matches!(a, Word::Lit(_)));
+    if hidden {
+        return Some(format!(
+            "`git {sub}` is given a word only known at run time where an option could name a program"
+        ));
+    }
     runs.then(|| format!("`git {sub}` is given something that runs a program"))
 }
 
@@ -1030,6 +1164,13 @@ pub fn assigned_names(prog: &str, words: &[Word]) -> Vec<String> {
             out
         }
         "getopts" => args().nth(1).map(name_of).into_iter().collect(),
+        // Unsetting PATH makes bash look for programs in the working directory.
+        "unset" => args().filter(|s| !s.starts_with('-')).map(name_of).collect(),
+        // Every name in its expressions (`let PATH=1`).
+        "let" => args()
+            .flat_map(crate::gate::parse::identifiers)
+            .map(str::to_string)
+            .collect(),
         _ => vec![],
     }
 }

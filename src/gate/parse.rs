@@ -384,6 +384,14 @@ impl Walker {
     }
 
     fn arithmetic(&mut self, expr: &str, depth: usize, cwd: &Cwd) {
+        // Arithmetic assigns too (`((PATH=1))`, `((BASH_CMDS[ls]=1))`):
+        // naming a variable that changes what runs is enough to ask.
+        if let Some(name) = identifiers(expr).find(|n| crate::policy::is_dangerous_env(n)) {
+            self.units.push(Unit::DangerousAssignment {
+                name: name.to_string(),
+                how: "arithmetic".into(),
+            });
+        }
         // Two operands side by side (`rm victim`) are no arithmetic: bash runs
         // `((rm victim) )` as two nested subshells, where the parser saw an
         // arithmetic command ending at `) )`.
@@ -564,6 +572,32 @@ impl Walker {
         if let Some(suffix) = &s.suffix {
             items.extend(suffix.0.iter());
         }
+        // `{NAME}>file` is a redirection that stores the descriptor it opens
+        // in NAME (`{PATH}>f` sets PATH); the parser reads `{NAME}` as a word.
+        let mut order: Vec<Option<&str>> = Vec::new();
+        for (i, item) in items.iter().enumerate() {
+            if i == name_at {
+                order.extend(s.word_or_name.as_ref().map(|w| Some(w.value.as_str())));
+            }
+            order.push(match item {
+                ast::CommandPrefixOrSuffixItem::IoRedirect(_) => None,
+                ast::CommandPrefixOrSuffixItem::Word(w) => Some(w.value.as_str()),
+                _ => Some(""),
+            });
+        }
+        if name_at == items.len() {
+            order.extend(s.word_or_name.as_ref().map(|w| Some(w.value.as_str())));
+        }
+        for pair in order.windows(2) {
+            if let [Some(w), None] = pair {
+                if is_descriptor_variable(w) {
+                    self.opaque(
+                        "a redirection that stores its descriptor in a variable (`{NAME}>...`), which the parser reads as a word",
+                        w,
+                    );
+                }
+            }
+        }
         for (i, item) in items.iter().enumerate() {
             if i == name_at {
                 if let Some(w) = &s.word_or_name {
@@ -651,6 +685,12 @@ impl Walker {
         // gives no meaning to need no word parser.
         if !raw.is_empty() && raw.bytes().all(is_plain_byte) {
             return Word::Lit(raw.to_string());
+        }
+        if has_old_arithmetic(raw) {
+            self.opaque(
+                "`$[...]`, an old spelling of arithmetic that bash evaluates (assignments included) and the parser reads as text",
+                raw,
+            );
         }
         let pieces = match guarded(|| word::parse(raw, &options())) {
             Some(Ok(p)) => p,
@@ -1104,6 +1144,37 @@ fn truncate(s: &str, max: usize) -> String {
         end -= 1;
     }
     format!("{}…", &s[..end])
+}
+
+/// `{NAME}`: the spelling of a redirection's descriptor variable.
+fn is_descriptor_variable(w: &str) -> bool {
+    w.strip_prefix('{').and_then(|r| r.strip_suffix('}')).is_some_and(|n| {
+        n.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+            && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    })
+}
+
+/// `$[` outside single quotes: bash's old arithmetic expansion.
+fn has_old_arithmetic(raw: &str) -> bool {
+    let (mut single, mut escaped) = (false, false);
+    let b = raw.as_bytes();
+    for (i, &c) in b.iter().enumerate() {
+        match c {
+            _ if escaped => escaped = false,
+            b'\\' if !single => escaped = true,
+            b'\'' => single = !single,
+            b'$' if !single && b.get(i + 1) == Some(&b'[') => return true,
+            _ => {}
+        }
+    }
+    false
+}
+
+/// The names in an arithmetic expression (or anything else): runs of
+/// letters, digits and `_` that do not start with a digit.
+pub(crate) fn identifiers(expr: &str) -> impl Iterator<Item = &str> {
+    expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|t| t.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_'))
 }
 
 #[cfg(test)]
