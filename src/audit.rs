@@ -817,13 +817,7 @@ impl AuditLog {
     /// the database only: the database's head then. Once the database says
     /// this directory keeps a head file, a missing one is damage.
     fn current_head(&mut self) -> Result<CurrentHead, AuditError> {
-        let ours = self
-            .head_file
-            .metadata()
-            .map_err(io_err(format!("cannot stat {}", self.head_path.display())))?;
-        let same_file =
-            fs::symlink_metadata(&self.head_path).is_ok_and(|now| now.dev() == ours.dev() && now.ino() == ours.ino());
-        if !same_file {
+        if still_at(&self.head_file, &self.head_path)?.is_none() {
             self.head_file = open_head(&self.head_path)?;
         }
         match read_head_file(&self.head_file, &self.head_path, &self.dir)? {
@@ -863,10 +857,7 @@ impl AuditLog {
         if self.conn.is_none() {
             let path = self.dir.join(DB_FILE);
             regular_or_absent(&path)?;
-            self.conn = Some(open_db(&path).map_err(|e| match e {
-                AuditError::Db(source) => AuditError::DbAt { path, source },
-                other => other,
-            })?);
+            self.conn = Some(open_db(&path).map_err(at_database(&path))?);
         }
         Ok(self.conn.as_ref().expect("opened above"))
     }
@@ -899,8 +890,8 @@ impl AuditLog {
                     "UPDATE head SET seq = ?1, hash = ?2, log_len = ?3, head_file = 1 WHERE id = 1 AND seq <= ?1",
                 )?
                 .execute(rusqlite::params![to_i64(head.seq)?, head.hash, to_i64(head.log_len)?])?;
-            let (db_head, _) = read_head(conn)?;
-            if moved != 1 || db_head.seq != head.seq {
+            if moved != 1 {
+                let (db_head, _) = read_head(conn)?;
                 return Err(AuditError::LogMismatch {
                     path: db_path.clone(),
                     message: format!(
@@ -959,22 +950,15 @@ impl AuditLog {
         // Another process, or an attacker, may have renamed a different file
         // into place; appending to our old descriptor would then write to a
         // file nobody reads.
-        let ours = self
-            .log
-            .metadata()
-            .map_err(io_err(format!("cannot stat {}", self.log_path.display())))?;
-        let same_file = match fs::symlink_metadata(&self.log_path) {
-            Ok(now) => now.dev() == ours.dev() && now.ino() == ours.ino(),
-            Err(_) => false,
-        };
-        let len = if same_file {
-            ours.len()
-        } else {
-            self.log = open_log(&self.log_path)?;
-            self.log
-                .metadata()
-                .map_err(io_err(format!("cannot stat {}", self.log_path.display())))?
-                .len()
+        let len = match still_at(&self.log, &self.log_path)? {
+            Some(meta) => meta.len(),
+            None => {
+                self.log = open_log(&self.log_path)?;
+                self.log
+                    .metadata()
+                    .map_err(io_err(format!("cannot stat {}", self.log_path.display())))?
+                    .len()
+            }
         };
         let head = current.head;
         if len == head.log_len && current.this_boot {
@@ -1068,6 +1052,17 @@ impl AuditLog {
     }
 }
 
+/// Names the database in an SQLite error.
+fn at_database(path: &Path) -> impl FnOnce(AuditError) -> AuditError + '_ {
+    move |e| match e {
+        AuditError::Db(source) => AuditError::DbAt {
+            path: path.to_path_buf(),
+            source,
+        },
+        other => other,
+    }
+}
+
 fn to_i64(value: u64) -> Result<i64, AuditError> {
     i64::try_from(value).map_err(|_| AuditError::Db(rusqlite::Error::IntegralValueOutOfRange(0, i64::MAX)))
 }
@@ -1119,10 +1114,14 @@ fn require_regular(file: &File, path: &Path) -> Result<(), AuditError> {
     if meta.is_file() {
         Ok(())
     } else {
-        Err(AuditError::LogMismatch {
-            path: path.to_path_buf(),
-            message: "it is not a regular file; move it aside (`tether-exec audit verify` reports what is left)".into(),
-        })
+        Err(not_regular(path))
+    }
+}
+
+fn not_regular(path: &Path) -> AuditError {
+    AuditError::LogMismatch {
+        path: path.to_path_buf(),
+        message: "it is not a regular file; move it aside (`tether-exec audit verify` reports what is left)".into(),
     }
 }
 
@@ -1130,12 +1129,20 @@ fn require_regular(file: &File, path: &Path) -> Result<(), AuditError> {
 /// itself would block on a FIFO there.
 fn regular_or_absent(path: &Path) -> Result<(), AuditError> {
     match fs::symlink_metadata(path) {
-        Ok(m) if !m.is_file() => Err(AuditError::LogMismatch {
-            path: path.to_path_buf(),
-            message: "it is not a regular file; move it aside (`tether-exec audit verify` reports what is left)".into(),
-        }),
+        Ok(m) if !m.is_file() => Err(not_regular(path)),
         _ => Ok(()),
     }
+}
+
+/// `file`'s metadata if it is still the one at `path`; `None` when another
+/// was renamed into its place since it was opened (our writes would go
+/// nowhere anyone reads).
+fn still_at(file: &File, path: &Path) -> Result<Option<fs::Metadata>, AuditError> {
+    let ours = file
+        .metadata()
+        .map_err(io_err(format!("cannot stat {}", path.display())))?;
+    let same = fs::symlink_metadata(path).is_ok_and(|now| now.dev() == ours.dev() && now.ino() == ours.ino());
+    Ok(same.then_some(ours))
 }
 
 fn open_head(path: &Path) -> Result<File, AuditError> {
@@ -1151,15 +1158,7 @@ fn open_head(path: &Path) -> Result<File, AuditError> {
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(path)
         .map_err(io_err(format!("cannot open the audit head {}", path.display())))?;
-    let meta = file
-        .metadata()
-        .map_err(io_err(format!("cannot stat {}", path.display())))?;
-    if !meta.is_file() {
-        return Err(AuditError::LogMismatch {
-            path: path.to_path_buf(),
-            message: "the audit head is not a regular file".into(),
-        });
-    }
+    require_regular(&file, path)?;
     Ok(file)
 }
 
@@ -1395,10 +1394,7 @@ impl Snapshot {
         let head_path = dir.join(HEAD_FILE);
         let (file_head, mut head_fault) = read_head_for_verify(&head_path)?;
         let db_path = dir.join(DB_FILE);
-        let (db_head, checkpoints) = read_database(&db_path).map_err(|e| match e {
-            AuditError::Db(source) => AuditError::DbAt { path: db_path, source },
-            other => other,
-        })?;
+        let (db_head, checkpoints) = read_database(&db_path).map_err(at_database(&db_path))?;
         if let (None, None, Some((_, true))) = (&file_head, &head_fault, &db_head) {
             head_fault =
                 Some("it is missing or empty, but the database says this directory keeps one: it was deleted".into());

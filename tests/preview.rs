@@ -263,7 +263,7 @@ fn a_preview_removal_cut_short_is_finished_by_the_next_start() {
     let o = w
         .command(&["resume", &id])
         .env("TETHER_EXEC_APPROVER_KEY", w.outside.join("approver.key"))
-        .env("TETHER_EXEC_TEST_CRASH_AT", "preview-removal")
+        .env("TETHER_EXEC_TEST_CRASH_AT", "capture-removal")
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(0), "the launcher itself finished: {}", text(&o));
@@ -301,7 +301,7 @@ fn the_child_removing_a_preview_keeps_no_descriptor_of_the_harness() {
     let o = w
         .command(&["resume", &id])
         .env("TETHER_EXEC_APPROVER_KEY", w.outside.join("approver.key"))
-        .env("TETHER_EXEC_TEST_PAUSE_AT", "preview-removal")
+        .env("TETHER_EXEC_TEST_PAUSE_AT", "capture-removal")
         .env("TETHER_EXEC_TEST_PAUSE_FILE", &pause)
         .output()
         .unwrap();

@@ -608,13 +608,13 @@ pub const UNPARSED_EXEC_WRAPPERS: &[&str] = &[
     "hyperfine",
 ];
 
-/// Programs that run another program named in their arguments (or read
-/// their options from them), as the gate models them.
 /// `ld-linux-x86-64.so.2`, `ld-2.36.so`, `ld.so`: run the program named after them.
 pub fn is_dynamic_loader(prog: &str) -> bool {
     prog == "ld.so" || (prog.starts_with("ld-") && prog.contains(".so"))
 }
 
+/// Programs that run another program named in their arguments (or read
+/// their options from them), as the gate models them.
 pub fn runs_other_programs(prog: &str) -> bool {
     is_interpreter(prog)
         || UNPARSED_EXEC_WRAPPERS.contains(&prog)
@@ -943,7 +943,7 @@ pub fn runs_code_from_an_option(prog: &str, words: &[Word]) -> Option<String> {
         "zip"
             if words.iter().skip(1).any(|w| {
                 w.lit()
-                    .is_some_and(|w| w == "-TT" || w.starts_with("--unzip-command") || w.starts_with("-TT"))
+                    .is_some_and(|w| w.starts_with("-TT") || w.starts_with("--unzip-command"))
             }) =>
         {
             Some("`zip -TT` runs a command to test the archive".into())

@@ -572,24 +572,18 @@ impl Walker {
         if let Some(suffix) = &s.suffix {
             items.extend(suffix.0.iter());
         }
-        // `{NAME}>file` is a redirection that stores the descriptor it opens
-        // in NAME (`{PATH}>f` sets PATH); the parser reads `{NAME}` as a word.
-        let mut order: Vec<Option<&str>> = Vec::new();
+        // The word just before each item, for `{NAME}>file`: a redirection
+        // that stores the descriptor it opens in NAME (`{PATH}>f` sets PATH),
+        // which the parser reads as a word followed by a redirection.
+        let mut word_before: Option<&str> = None;
         for (i, item) in items.iter().enumerate() {
             if i == name_at {
-                order.extend(s.word_or_name.as_ref().map(|w| Some(w.value.as_str())));
+                if let Some(w) = &s.word_or_name {
+                    words.push(self.word(&w.value, depth, cwd));
+                    word_before = Some(&w.value);
+                }
             }
-            order.push(match item {
-                ast::CommandPrefixOrSuffixItem::IoRedirect(_) => None,
-                ast::CommandPrefixOrSuffixItem::Word(w) => Some(w.value.as_str()),
-                _ => Some(""),
-            });
-        }
-        if name_at == items.len() {
-            order.extend(s.word_or_name.as_ref().map(|w| Some(w.value.as_str())));
-        }
-        for pair in order.windows(2) {
-            if let [Some(w), None] = pair {
+            if let (ast::CommandPrefixOrSuffixItem::IoRedirect(_), Some(w)) = (item, word_before) {
                 if is_descriptor_variable(w) {
                     self.opaque(
                         "a redirection that stores its descriptor in a variable (`{NAME}>...`), which the parser reads as a word",
@@ -597,13 +591,10 @@ impl Walker {
                     );
                 }
             }
-        }
-        for (i, item) in items.iter().enumerate() {
-            if i == name_at {
-                if let Some(w) = &s.word_or_name {
-                    words.push(self.word(&w.value, depth, cwd));
-                }
-            }
+            word_before = match item {
+                ast::CommandPrefixOrSuffixItem::Word(w) => Some(&w.value),
+                _ => None,
+            };
             match item {
                 ast::CommandPrefixOrSuffixItem::IoRedirect(r) => redirect_items.push(r.clone()),
                 ast::CommandPrefixOrSuffixItem::Word(w) => words.push(self.word(&w.value, depth, cwd)),
