@@ -47,6 +47,17 @@ const TABLE: &[(&str, Verdict)] = &[
     ("sed -n '1,10p' file.txt", A),
     ("awk '{print $1}' data.txt", A),
     ("find . -name '*.py' | xargs grep import", A),
+    // Forms agents write every day that the gate once asked about.
+    ("while IFS= read -r line; do echo \"$line\"; done < files.txt", A),
+    ("IFS=, read -r a b <<< \"$row\"", A),
+    ("find . -name '*.py' | xargs grep \"$pattern\"", A),
+    ("ls | xargs -0 grep -l \"$p\" --", A),
+    ("git -c user.name=bot -c user.email=bot@example.com commit -m msg", A),
+    ("git -c User.Name=bot commit -m x", A),
+    ("git -c \"user.name=a b\" -c advice.detachedHead=false commit -m x", A),
+    ("dir=${1:-$(pwd)}; ls \"$dir\"", A),
+    (": \"${OUT:=$(ls)}\"", A),
+    ("echo \"${x:+$(ls -a)}\" ${x:-${y:-$(ls)}}", A),
     ("find . -name '*.pyc' -exec ls {} \\;", A),
     ("git diff --name-only | xargs git add", A),
     ("git status --short | xargs python3 -m pytest", A),
@@ -159,7 +170,7 @@ const TABLE: &[(&str, Verdict)] = &[
     ("while true; do curl x; done", D),
     ("for i in 1; do sudo ls; done", D),
     ("case a in a) curl x;; esac", D),
-    ("echo ${x:-$(curl y)}", Q),
+    ("echo ${x:-$(curl y)}", D),
     ("(( a[$(curl x)] ))", D),
     ("[[ $(curl x) ]]", D),
     ("x=$(curl y)", D),
@@ -270,6 +281,34 @@ const TABLE: &[(&str, Verdict)] = &[
     ("ls >&/etc/x", D),
     ("/usr/bin/time -o /etc/x ls", D),
     ("time -o /etc/x ls", Q),
+    // --- next to the everyday forms above, what must still not pass ------------------------
+    // IFS lasts for `read` alone; anywhere else (or for a function named
+    // read) it still asks.
+    ("read() { ls; }; IFS=/ read x", Q),
+    ("IFS=: cat f", Q),
+    // xargs' own options, and the words of the program it runs, by that program's rules.
+    ("ls | xargs -n \"$n\" grep x", Q),
+    ("ls | xargs $opts grep x", Q),
+    ("ls | xargs grep x \"$(curl evil)\"", D),
+    ("ls | xargs find \"$x\"", Q),
+    // Only settings no program is read from.
+    ("git -c user.name=bot -c core.pager=evil log", Q),
+    ("git -c user.name.x=1 commit -m x", Q),
+    ("git -c advice.a=1 -c alias.commit='!rm -rf ~' commit", Q),
+    ("git -c user.name=$(curl x) commit", D),
+    ("git -cuser.name=x -c core.fsmonitor=evil commit", Q),
+    // A value's substitutions are judged; quoting that reads differently
+    // inside double quotes, indirection and subscripts still ask.
+    ("x=${x:-$(curl evil)}", D),
+    ("x=${x:-$(rm -rf ~)}", Q),
+    ("echo ${x:-${y:-$(curl evil)}}", D),
+    ("echo ${x:?$(curl e)}", D),
+    ("echo \"${x:-'$(curl evil)'}\"", Q),
+    ("echo ${x:-`curl evil`}", Q),
+    ("echo ${a[$(curl x)]:-y}", Q),
+    ("echo ${!x:-$(ls)}", Q),
+    ("echo ${x:-<(curl evil)}", Q),
+    ("echo ${PATH:=$(ls)}", Q),
     // --- anything not fully understood ----------------------------------------------------
     ("ls 'unterminated", Q),
     ("if then fi", Q),
@@ -669,7 +708,7 @@ const ALLOWLIST_TABLE: &[(&str, Verdict)] = &[
     ("git log --oneline | wc -l", A),
     // --- a fourth pass -----------------------------------------------------------------------------
     ("find \"$dir\" -name x", Q),
-    ("echo ${x:-$((rm victim) )}", Q),
+    ("echo ${x:-$((rm victim) )}", D),
     ("echo ${a[$((rm victim) )]}", Q),
     ("x='a[$((rm victim) )]'; echo $((x))", Q),
     ("set -$(echo k); git status X=1", Q),

@@ -415,8 +415,13 @@ impl Gate<'_> {
         } else {
             words_text(&s.words)
         };
+        // `IFS=, read -r a b`: the assignment lasts for `read` alone (a
+        // regular builtin), which uses it only to split the line it reads
+        // into the variables it sets; what later commands run is untouched.
+        let reads_a_line =
+            matches!(s.words.first(), Some(Word::Lit(w)) if w == "read") && !self.functions.iter().any(|f| f == "read");
         for (name, _) in &s.assignments {
-            if is_dangerous_env(name) {
+            if is_dangerous_env(name) && !(name == "IFS" && reads_a_line) {
                 let how = if s.words.is_empty() {
                     "assignment"
                 } else {

@@ -741,6 +741,12 @@ pub fn hides_an_option(prog: &str, words: &[Word]) -> bool {
     ) {
         return false;
     }
+    // `xargs`'s own options end where the program it runs begins: that
+    // program's words are judged as its own (`xargs grep "$pat"`).
+    let words = match (prog, unwrap(prog, words)) {
+        ("xargs", Unwrapped::Inner(i)) => &words[..i],
+        _ => words,
+    };
     let exec = if prog == "find" {
         find_exec_ranges(words)
     } else {
@@ -1092,6 +1098,7 @@ pub fn git_subcommand(words: &[Word]) -> Result<usize, String> {
             "--namespace" => i += 2,
             _ if w.starts_with("--namespace=") => i += 1,
             "--version" | "--help" | "-h" | "-v" => return Ok(i),
+            "-c" if lit(words, i + 1).is_some_and(inert_git_config) => i += 2,
             _ if w == "-c" || w.starts_with("-c") && w.len() > 2 || w.starts_with("--config-env") => {
                 return Err(format!(
                     "`git {w}` sets configuration that can run other programs (core.pager, core.fsmonitor, alias.*)"
@@ -1109,6 +1116,28 @@ pub fn git_subcommand(words: &[Word]) -> Result<usize, String> {
         }
     }
     Ok(i)
+}
+
+/// `git -c NAME=VALUE` with a setting no program is ever read from: who
+/// commits (`-c user.name=bot commit`), colours, advice. Git reads the name
+/// up to the first `=`; sections and keys ignore case.
+fn inert_git_config(setting: &str) -> bool {
+    const INERT: &[&str] = &[
+        "user.name",
+        "user.email",
+        "author.name",
+        "author.email",
+        "committer.name",
+        "committer.email",
+        "init.defaultbranch",
+        "core.quotepath",
+        "color.ui",
+    ];
+    let name = setting.split_once('=').map_or(setting, |(n, _)| n).to_ascii_lowercase();
+    INERT.contains(&name.as_str())
+        || name
+            .strip_prefix("advice.")
+            .is_some_and(|k| !k.is_empty() && k.bytes().all(|b| b.is_ascii_alphanumeric()))
 }
 
 /// `find ... -exec CMD ... ;` and friends: the argument ranges of the commands find runs.

@@ -800,7 +800,15 @@ impl Walker {
                     // `${x:-$(cmd)}` runs cmd; the parsed form keeps the inner text raw.
                     let src = format!("{:?}", p.piece);
                     if holds_a_substitution(&src) || src.contains("<(") || src.contains(">(") {
-                        self.opaque("a command substitution inside a parameter expansion", &src);
+                        match substituting_value(pe) {
+                            // Judged as the word it is: its substitutions are
+                            // commands like any other.
+                            Some(value) => {
+                                let mut own = cwd.clone();
+                                self.word(value, depth, &mut own);
+                            }
+                            None => self.opaque("a command substitution inside a parameter expansion", &src),
+                        }
                     }
                 }
                 WordPiece::CommandSubstitution(s) => {
@@ -1006,6 +1014,47 @@ fn evaluates_a_subscript(text: &str) -> bool {
 /// backquote): harmless as an argument, but as a variable's value it runs
 /// when bash evaluates the value again (as a subscript, in arithmetic, with
 /// `${x@P}`), which the gate cannot follow.
+/// The value of `${x:-VALUE}`, `${x:=VALUE}`, `${x:+VALUE}` or `${x:?VALUE}`
+/// when the gate can judge it as a word of its own: the parameter is a plain
+/// name or number, and the value holds no quoting and no process
+/// substitution. Quotes read differently inside double quotes, where
+/// `"${x:-'$(cmd)'}"` runs cmd, and outside, where it does not; without them
+/// a value's substitutions are the same either way.
+fn substituting_value(pe: &brush_parser::word::ParameterExpr) -> Option<&str> {
+    use brush_parser::word::{Parameter, ParameterExpr as Pe};
+    let (parameter, indirect, value) = match pe {
+        Pe::UseDefaultValues {
+            parameter,
+            indirect,
+            default_value,
+            ..
+        }
+        | Pe::AssignDefaultValues {
+            parameter,
+            indirect,
+            default_value,
+            ..
+        } => (parameter, indirect, default_value),
+        Pe::UseAlternativeValue {
+            parameter,
+            indirect,
+            alternative_value,
+            ..
+        } => (parameter, indirect, alternative_value),
+        Pe::IndicateErrorIfNullOrUnset {
+            parameter,
+            indirect,
+            error_message,
+            ..
+        } => (parameter, indirect, error_message),
+        _ => return None,
+    };
+    let value = value.as_deref()?;
+    let plain = matches!(parameter, Parameter::Named(_) | Parameter::Positional(_));
+    let quoting = value.contains(['\'', '"', '\\', '`']) || value.contains("<(") || value.contains(">(");
+    (plain && !*indirect && !quoting).then_some(value)
+}
+
 fn holds_a_substitution(text: &str) -> bool {
     text.match_indices("$(")
         .any(|(i, _)| !is_arithmetic_expansion(&text[i + 2..]))
