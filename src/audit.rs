@@ -1455,6 +1455,48 @@ fn read_database(db_path: &Path) -> Result<DatabaseView, AuditError> {
         return Ok((None, Vec::new()));
     }
     regular_or_absent(db_path)?;
+    match read_database_in_place(db_path) {
+        // On read-only media, SQLite cannot make the WAL index it needs
+        // (`-shm`) when the copy came without one: read a private copy.
+        Err(AuditError::Db(rusqlite::Error::SqliteFailure(e, _)))
+            if matches!(e.code, rusqlite::ErrorCode::CannotOpen | rusqlite::ErrorCode::ReadOnly) =>
+        {
+            read_database_from_private_copy(db_path)
+        }
+        other => other,
+    }
+}
+
+/// [`read_database`] through a copy of the database and its WAL in a new
+/// private directory under the temporary directory, removed afterwards.
+fn read_database_from_private_copy(db_path: &Path) -> Result<DatabaseView, AuditError> {
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let dir = std::env::temp_dir().join(format!("tether-exec-verify-{}-{nanos}", std::process::id()));
+    fs::DirBuilder::new().mode(0o700).create(&dir).map_err(io_err(format!(
+        "cannot create {} to read a copy of the read-only database",
+        dir.display()
+    )))?;
+    let copy = dir.join(DB_FILE);
+    let result = (|| {
+        let wal = PathBuf::from(format!("{}-wal", db_path.display()));
+        regular_or_absent(&wal)?;
+        for (from, to) in [
+            (db_path.to_path_buf(), copy.clone()),
+            (wal, dir.join(format!("{DB_FILE}-wal"))),
+        ] {
+            match fs::copy(&from, &to) {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound && from != db_path => {}
+                Err(e) => return Err(io_err(format!("cannot copy {}", from.display()))(e)),
+            }
+        }
+        read_database_in_place(&copy)
+    })();
+    let _ = fs::remove_dir_all(&dir);
+    result
+}
+
+fn read_database_in_place(db_path: &Path) -> Result<DatabaseView, AuditError> {
     // Read-write when we may (SQLite wants to map the WAL index), read-only
     // for a copy on read-only media.
     let conn = match Connection::open_with_flags(

@@ -1250,3 +1250,50 @@ fn the_wal_stays_short_when_every_record_comes_from_a_new_process() {
     let report = tether_exec::audit::verify(state.path()).unwrap();
     assert!(report.problem.is_none(), "{report:?}");
 }
+
+/// A copy of the audit directory on read-only media, without SQLite's
+/// shared-memory file (`-shm`), which SQLite cannot create there: the
+/// checkpoints in its WAL are still read and checked. As root, read-only
+/// media is the immutable attribute, which binds root too.
+#[test]
+fn a_read_only_copy_without_its_wal_index_still_verifies() {
+    use std::os::unix::fs::PermissionsExt;
+    let state = make_log(3);
+    AuditLog::open(state.path()).unwrap().checkpoint().unwrap();
+    let copy = tempfile::tempdir().unwrap();
+    let (from, to) = (audit_dir(state.path()), audit_dir(copy.path()));
+    fs::create_dir(&to).unwrap();
+    for e in fs::read_dir(&from).unwrap() {
+        let name = e.unwrap().file_name();
+        if !name.to_string_lossy().ends_with("-shm") {
+            fs::copy(from.join(&name), to.join(&name)).unwrap();
+        }
+    }
+    let wal = to.join("audit.sqlite-wal");
+    assert!(fs::metadata(&wal).unwrap().len() > 0, "the checkpoint is in the WAL");
+    let chattr = |flag: &str| {
+        Command::new("chattr")
+            .args([flag, to.to_str().unwrap()])
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    let immutable = is_root() && chattr("+i");
+    if is_root() {
+        assert!(
+            immutable,
+            "chattr +i: root needs the immutable attribute to meet read-only media"
+        );
+    } else {
+        fs::set_permissions(&to, fs::Permissions::from_mode(0o500)).unwrap();
+    }
+    let report = verify(copy.path());
+    let shm_made = to.join("audit.sqlite-shm").exists();
+    if immutable {
+        chattr("-i");
+    }
+    fs::set_permissions(&to, fs::Permissions::from_mode(0o700)).unwrap();
+    let report = report.unwrap();
+    assert!(report.problem.is_none(), "{:?}", report.problem);
+    assert_eq!((report.records, report.checkpoints), (3, 1));
+    assert!(!shm_made, "nothing is written to the copy");
+}
