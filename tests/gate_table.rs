@@ -57,6 +57,15 @@ const TABLE: &[(&str, Verdict)] = &[
     ("git -c \"user.name=a b\" -c advice.detachedHead=false commit -m x", A),
     ("dir=${1:-$(pwd)}; ls \"$dir\"", A),
     (": \"${OUT:=$(ls)}\"", A),
+    ("read -p \"$prompt\" -t \"$t\" -r x", A),
+    ("printf -v padded '%05d' \"$n\"", A),
+    ("getopts \"$opts\" opt", A),
+    ("mapfile -t lines < f", A),
+    ("echo $((16#ff)) # done", A),
+    ("n=$((n+1)) # count", A),
+    ("echo $( echo a # c\n)", A),
+    ("echo a | xargs -i grep {} f", A),
+    ("echo a | xargs -0iX grep X f", A),
     ("echo \"${x:+$(ls -a)}\" ${x:-${y:-$(ls)}}", A),
     ("find . -name '*.pyc' -exec ls {} \\;", A),
     ("git diff --name-only | xargs git add", A),
@@ -309,6 +318,31 @@ const TABLE: &[(&str, Verdict)] = &[
     ("echo ${!x:-$(ls)}", Q),
     ("echo ${x:-<(curl evil)}", Q),
     ("echo ${PATH:=$(ls)}", Q),
+    // A second red-team pass over them, and what it found beside them.
+    // Where bash's comment and the parser's differ, the parser saw less
+    // than bash runs: a comment in `$(` that reaches the `)`, `#` inside
+    // `((...))` (text to bash, a comment to the parser).
+    ("echo ${x:-$( #)$((\ncurl))}", Q),
+    ("echo ${x:-$( (ls) #)$((\ncurl))}", Q),
+    ("echo ${x:-$( #)${y:-\nrm -f victim )}}", Q),
+    ("echo $( #)${y:-\nrm -f victim )}", Q),
+    ("echo $(( 1 # $(curl x)\n))", Q),
+    ("(( 1 # $(curl x)\n))", Q),
+    ("echo \"$(( 1 # $(curl x)\n))\"", Q),
+    // xargs -i, -e and -l take their value attached only: `-iI` is `-i`
+    // with `I`, and the next word is the program.
+    ("echo a | xargs -iI curl ls", D),
+    ("echo a | xargs -eI curl grep -s x", D),
+    ("echo a | xargs -lI curl ls", D),
+    // A variable whose name is only known at run time may be PATH.
+    ("v=PATH; IFS= read -r \"$v\" <<< /tmp/evil; ls", Q),
+    ("read -r \"$v\"", Q),
+    ("read -ra \"$arr\" <<< \"a b\"", Q),
+    ("printf -v \"$n\" %s x", Q),
+    ("printf \"$fmt\" /evil", Q),
+    ("unset \"$v\"", Q),
+    ("getopts ab \"$o\"", Q),
+    ("mapfile -t \"$a\" < f", Q),
     // --- anything not fully understood ----------------------------------------------------
     ("ls 'unterminated", Q),
     ("if then fi", Q),

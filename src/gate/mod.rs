@@ -45,6 +45,17 @@
 //!   test` runs the workspace's tests, which the agent may have edited), so
 //!   an option of theirs that runs a program is judged only where it adds
 //!   nothing else (`cargo --config`).
+//!
+//! # Asks that look needless and are not
+//!
+//! - `local dir=$1`, `declare x=$v`: a declaration reads a value shaped like
+//!   `([0]=$(cmd))` as a compound assignment, substitutions run, whenever
+//!   the variable is already an array in that scope (bash 5.2); whether it
+//!   is depends on the rest of the script at run time.
+//! - `printf "$fmt" ...`: a format of `-vPATH` makes printf set PATH
+//!   (`printf -- "$fmt"` does not ask).
+//! - `IFS=... cmd` for any command but `read`, and `xargs -n1 tar -tf`
+//!   (xargs adds words to a program whose options may name what it runs).
 
 pub mod normalize;
 pub mod parse;
@@ -540,6 +551,17 @@ impl Gate<'_> {
                 self.push(shown, Verdict::Ask, format!("not understood: {why}"), "parser");
                 return;
             }
+            if let Some(w) = normalize::runtime_assigned_name(&prog.name, &words) {
+                self.push(
+                    shown.clone(),
+                    Verdict::Ask,
+                    format!(
+                        "`{}` sets a variable whose name is only known at run time (`{w}`), which may be PATH or a subscript bash evaluates",
+                        prog.name
+                    ),
+                    "assignment",
+                );
+            }
             let names = normalize::assigned_names(&prog.name, &words);
             if let Some(n) = names.iter().find(|n| is_dangerous_env(n)) {
                 self.push(
@@ -549,11 +571,13 @@ impl Gate<'_> {
                     "assignment",
                 );
             }
-            if !names.is_empty()
-                || matches!(
-                    prog.name.as_str(),
-                    "export" | "declare" | "typeset" | "local" | "readonly"
-                )
+            // Where the names sit is known for `read`, `mapfile`, `printf -v`,
+            // `unset` and `getopts` (above): their other words are values.
+            // Declarations take any word as an assignment.
+            if matches!(
+                prog.name.as_str(),
+                "export" | "declare" | "typeset" | "local" | "readonly"
+            ) || (prog.name == "let" && !names.is_empty())
             {
                 if let Some(w) = words.iter().skip(1).find(|w| w.lit().is_none()) {
                     self.push(

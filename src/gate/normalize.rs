@@ -112,6 +112,20 @@ fn lit(words: &[Word], i: usize) -> Option<&str> {
 /// (as the next word or `--opt=value` / `-oVALUE`). Returns the index of the
 /// first operand, or an ask reason.
 fn skip_options(words: &[Word], start: usize, flags: &[&str], valued: &[&str], who: &str) -> Result<usize, String> {
+    skip_options_with_optional(words, start, flags, &[], valued, who)
+}
+
+/// [`skip_options`] for a program whose short options in `optional` take a
+/// value only attached (`xargs -i`, `-iR`): in a cluster such an option takes
+/// the rest of the word, never the next one (`-iI` is `-i` with `I`).
+fn skip_options_with_optional(
+    words: &[Word],
+    start: usize,
+    flags: &[&str],
+    optional: &[&str],
+    valued: &[&str],
+    who: &str,
+) -> Result<usize, String> {
     let mut i = start;
     while i < words.len() {
         let Some(w) = lit(words, i) else {
@@ -125,7 +139,7 @@ fn skip_options(words: &[Word], start: usize, flags: &[&str], valued: &[&str], w
         if !w.starts_with('-') || w == "-" {
             return Ok(i);
         }
-        if flags.contains(&w) {
+        if flags.contains(&w) || optional.contains(&w) {
             i += 1;
             continue;
         }
@@ -148,6 +162,10 @@ fn skip_options(words: &[Word], start: usize, flags: &[&str], valued: &[&str], w
                 let opt = format!("-{c}");
                 if flags.contains(&opt.as_str()) {
                     continue;
+                }
+                if optional.contains(&opt.as_str()) {
+                    next = Some(i + 1);
+                    break;
                 }
                 if valued.contains(&opt.as_str()) {
                     next = Some(if at + c.len_utf8() < w.len() { i + 1 } else { i + 2 });
@@ -315,7 +333,7 @@ pub fn unwrap(prog: &str, words: &[Word]) -> Unwrapped {
             inner_or_final(skip_options(words, 1, &["-p"], &[], "command"))
         }
         "exec" => inner_or_final(skip_options(words, 1, &["-c", "-l", "-cl", "-lc"], &["-a"], "exec")),
-        "xargs" => inner_or_final(skip_options(
+        "xargs" => inner_or_final(skip_options_with_optional(
             words,
             1,
             &[
@@ -336,10 +354,9 @@ pub fn unwrap(prog: &str, words: &[Word]) -> Unwrapped {
                 "--replace",
                 "--eof",
                 "--max-lines",
-                "-i",
-                "-e",
-                "-l",
             ],
+            // Their values are optional, attached only (`-iR`, `-e`).
+            &["-i", "-e", "-l"],
             &[
                 "-a",
                 "--arg-file",
@@ -990,14 +1007,36 @@ pub fn xargs_replace_string(words: &[Word]) -> Option<String> {
     let args: Vec<&str> = words.iter().skip(1).map_while(Word::lit).collect();
     // The last one given counts.
     let mut found = None;
-    for (i, w) in args.iter().enumerate() {
-        match *w {
-            "-I" => found = args.get(i + 1).map(|r| r.to_string()),
-            "-i" | "--replace" => found = Some("{}".into()),
-            _ if w.starts_with("--replace=") => found = Some(w["--replace=".len()..].to_string()),
-            _ if w.starts_with("-I") => found = Some(w[2..].to_string()),
-            _ if w.starts_with("-i") && !w.starts_with("--") => found = Some(w[2..].to_string()),
-            _ => {}
+    let mut i = 0;
+    while let Some(w) = args.get(i) {
+        i += 1;
+        if matches!(
+            *w,
+            "--arg-file" | "--delimiter" | "--max-args" | "--max-procs" | "--max-chars" | "--process-slot-var"
+        ) {
+            i += 1; // its value
+        } else if *w == "--replace" {
+            found = Some("{}".into());
+        } else if let Some(r) = w.strip_prefix("--replace=") {
+            found = Some(r.to_string());
+        } else if let Some(cluster) = w.strip_prefix('-').filter(|c| !c.starts_with('-')) {
+            // As getopt reads a cluster (`-0I{}`, `-riR`): flags, then one
+            // option whose value is the rest of the word (or the next word).
+            for (at, c) in cluster.char_indices() {
+                let rest = &cluster[at + 1..];
+                match c {
+                    '0' | 'r' | 't' | 'p' | 'x' | 'o' => continue,
+                    'i' => found = Some(if rest.is_empty() { "{}".into() } else { rest.to_string() }),
+                    'I' if rest.is_empty() => {
+                        found = args.get(i).map(|r| r.to_string());
+                        i += 1;
+                    }
+                    'I' => found = Some(rest.to_string()),
+                    'a' | 'd' | 'E' | 'L' | 'n' | 'P' | 's' if rest.is_empty() => i += 1,
+                    _ => {}
+                }
+                break;
+            }
         }
     }
     found
@@ -1164,6 +1203,66 @@ pub fn find_exec_ranges(words: &[Word]) -> Vec<(usize, usize)> {
 }
 
 /// Names a builtin assigns to: `read NAME`, `printf -v NAME`, `export NAME=...`.
+/// A word only known at run time where a built-in takes the name of the
+/// variable it sets (`read -r "$v"`, `printf -v "$v"`, `unset "$v"`): it may
+/// name `PATH`, or hold a subscript bash evaluates. Returns that word.
+pub fn runtime_assigned_name<'a>(prog: &str, words: &'a [Word]) -> Option<&'a str> {
+    // Options whose value is a name, and those whose value is anything.
+    let (named, valued): (&[char], &[char]) = match prog {
+        "read" => (&['a'], &['d', 'i', 'n', 'N', 'p', 't', 'u']),
+        "mapfile" | "readarray" => (&[], &['d', 'n', 'O', 's', 'u', 'C', 'c']),
+        "printf" => (&['v'], &[]),
+        "unset" | "getopts" => (&[], &[]),
+        _ => return None,
+    };
+    let mut i = 1;
+    let mut operands = 0usize;
+    let mut options_done = prog == "getopts";
+    while let Some(w) = words.get(i) {
+        i += 1;
+        let Some(text) = w.lit() else {
+            // An operand: for getopts only the second is a name; printf's
+            // are its format and arguments.
+            let is_name = match prog {
+                "getopts" => operands == 1,
+                "printf" => false,
+                _ => true,
+            };
+            if is_name || !options_done {
+                return Some(w.display());
+            }
+            operands += 1;
+            continue;
+        };
+        if options_done || !text.starts_with('-') || text == "-" {
+            options_done = true;
+            operands += 1;
+            if prog == "printf" {
+                return None; // the format: no more options
+            }
+            continue;
+        }
+        if text == "--" {
+            options_done = true;
+            continue;
+        }
+        // A cluster: flags, then at most one option with a value.
+        for (at, c) in text.char_indices().skip(1) {
+            let attached = at + c.len_utf8() < text.len();
+            if named.contains(&c) || valued.contains(&c) {
+                if !attached {
+                    match words.get(i) {
+                        Some(v) if named.contains(&c) && v.lit().is_none() => return Some(v.display()),
+                        _ => i += 1,
+                    }
+                }
+                break;
+            }
+        }
+    }
+    None
+}
+
 pub fn assigned_names(prog: &str, words: &[Word]) -> Vec<String> {
     // A name with a subscript reads as a glob (`BASH_CMDS[ls]`): its text counts.
     let args = || {

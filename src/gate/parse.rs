@@ -174,6 +174,15 @@ impl Walker {
             self.opaque("brackets nested deeper than the gate analyses", src);
             return;
         }
+        if comment_inside_arithmetic(src) {
+            // Bash reads `#` inside `((...))` as text (and runs the
+            // substitutions after it); the parser drops it and the rest
+            // of the line as a comment, unseen.
+            self.opaque(
+                "a `#` after a blank inside `((...))`, which bash reads as text and the parser as a comment",
+                src,
+            );
+        }
         let parsed = guarded(|| {
             let mut parser = brush_parser::Parser::new(std::io::Cursor::new(src.as_bytes()), &options());
             parser.parse_program()
@@ -813,6 +822,15 @@ impl Walker {
                 }
                 WordPiece::CommandSubstitution(s) => {
                     *dynamic = true;
+                    if comment_runs_to_the_end(s) {
+                        // Bash's comment would swallow the `)` the parser
+                        // ended the substitution at: bash runs more than
+                        // the parser saw (`$( #)...` + a line break + `cmd )`).
+                        self.opaque(
+                            "a comment inside `$(...)` that reaches the `)`, where bash's substitution goes on past it",
+                            s,
+                        );
+                    }
                     let mut own = cwd.clone();
                     self.script(s, depth + 1, &mut own);
                 }
@@ -1014,6 +1032,66 @@ fn evaluates_a_subscript(text: &str) -> bool {
 /// backquote): harmless as an argument, but as a variable's value it runs
 /// when bash evaluates the value again (as a subscript, in arithmetic, with
 /// `${x@P}`), which the gate cannot follow.
+/// Whether `text` (a substitution's, as the parser cut it) holds a `#`
+/// that starts a comment, outside quotes, with no line break after it:
+/// bash's comment would run on past the end of the text.
+fn comment_runs_to_the_end(text: &str) -> bool {
+    let (mut single, mut double, mut escaped) = (false, false, false);
+    let mut prev: Option<char> = None;
+    let mut open_comment = false;
+    for c in text.chars() {
+        if open_comment {
+            if c == '\n' {
+                open_comment = false;
+            }
+        } else if escaped {
+            escaped = false;
+        } else if single {
+            single = c != '\'';
+        } else if c == '\\' {
+            escaped = true;
+        } else if double {
+            double = c != '"';
+        } else if c == '\'' {
+            single = true;
+        } else if c == '"' {
+            double = true;
+        } else if c == '#' && prev.is_none_or(|p| p.is_whitespace() || ";&|()<>".contains(p)) {
+            open_comment = true;
+        }
+        prev = Some(c);
+    }
+    open_comment
+}
+
+/// Whether a `#` after a blank (or at the start) lies between a `((` and the
+/// `))` that closes it, or after a `((` never closed. Quotes are not
+/// followed: a `((` inside a string makes it ask, never allow.
+fn comment_inside_arithmetic(src: &str) -> bool {
+    let b = src.as_bytes();
+    let mut i = 0;
+    while i + 1 < b.len() {
+        if b[i] == b'(' && b[i + 1] == b'(' {
+            let mut depth = 0usize;
+            let mut j = i + 2;
+            while j < b.len() {
+                match b[j] {
+                    b'(' => depth += 1,
+                    b')' if depth == 0 => break,
+                    b')' => depth -= 1,
+                    b'#' if b[j - 1].is_ascii_whitespace() || b"(;&|".contains(&b[j - 1]) => return true,
+                    _ => {}
+                }
+                j += 1;
+            }
+            i = j;
+        } else {
+            i += 1;
+        }
+    }
+    false
+}
+
 /// The value of `${x:-VALUE}`, `${x:=VALUE}`, `${x:+VALUE}` or `${x:?VALUE}`
 /// when the gate can judge it as a word of its own: the parameter is a plain
 /// name or number, and the value holds no quoting and no process
@@ -1051,7 +1129,10 @@ fn substituting_value(pe: &brush_parser::word::ParameterExpr) -> Option<&str> {
     };
     let value = value.as_deref()?;
     let plain = matches!(parameter, Parameter::Named(_) | Parameter::Positional(_));
-    let quoting = value.contains(['\'', '"', '\\', '`']) || value.contains("<(") || value.contains(">(");
+    // `#` and line breaks too: in a `$(` inside `${...}` the parser and
+    // bash disagree about where a comment starts, and so about where the
+    // substitution ends (`${x:-$( #)$((` + a line break + `cmd))}` runs cmd).
+    let quoting = value.contains(['\'', '"', '\\', '`', '#', '\n']) || value.contains("<(") || value.contains(">(");
     (plain && !*indirect && !quoting).then_some(value)
 }
 
