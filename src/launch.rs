@@ -460,9 +460,15 @@ fn capture_for(policy: &Policy, state: &Path, ws: &Path) -> Result<Option<Captur
 
 /// Whether this policy needs the overlay workspace: it asks for it, or its
 /// globs are not all `DIR/**`.
+/// Whether the workspace must be an overlay: asked for, or needed for what
+/// no mount can enforce on a bind-mounted workspace (writes limited to globs
+/// that are not whole trees; protected globs of the policy's own, which
+/// match files that do not exist yet as well as those that do).
 fn needs_overlay(policy: &Policy) -> bool {
     policy.profile() == Profile::WorkspaceWrite
-        && (policy.overlay() || matches!(plan::writable_trees(policy), Err(plan::PlanError::GlobNeedsOverlay(_))))
+        && (policy.overlay()
+            || policy.layers.iter().any(|l| !l.protected.is_empty())
+            || matches!(plan::writable_trees(policy), Err(plan::PlanError::GlobNeedsOverlay(_))))
 }
 
 /// Finish interrupted commits and discard dead captures; lines for stderr.
@@ -1270,6 +1276,25 @@ fn land_preview(
         }
         store.make_commits_durable().map_err(std::io::Error::other)
     };
+    // The check a run owes after it (see `execute`), owed by a landing too:
+    // what a preview lands can make a `.git` file or a gitlink that git
+    // would follow, which the preview's own check of paths does not see.
+    let before = crate::workspace::snapshot_protected(ws, crate::workspace::scan_secrets(ws, state).env);
+    let pending = crate::workspace::PendingCheck::record(state, ws, &before);
+    let pending = match pending {
+        Ok(p) => p,
+        Err(e) => {
+            receipt.exit_code = Some(exit::INTERNAL);
+            let why = format!(
+                "tether-exec: cannot record the check of the protected paths the landing owes, so nothing of the preview landed: {e}\nthe preview is kept in {}, and `tether-exec approve {id}` then `tether-exec resume {id}` land it",
+                pr.dir.display()
+            );
+            return (
+                Finished::new(exit::INTERNAL, receipt, why),
+                PreviewLanding::NothingLanded,
+            );
+        }
+    };
     let code = match crate::workspace::overlay::land_preview(
         state,
         &owner,
@@ -1302,6 +1327,7 @@ fn land_preview(
             if let Ok(seq) = log.append(rec) {
                 receipt.audit_seq = Some(seq);
             }
+            pending.done();
             let why = format!(
                 "tether-exec: could not land the preview: {e}\nnothing of it landed; the preview is kept in {}, and `tether-exec approve {id}` then `tether-exec resume {id}` land it",
                 pr.dir.display()
@@ -1319,6 +1345,21 @@ fn land_preview(
             exit::INTERNAL
         }
     };
+    let violations = match crate::workspace::enforce_protected(ws, &before, state) {
+        Ok(v) => v,
+        Err(e) => vec![format!("could not check protected paths: {e}")],
+    };
+    pending.done();
+    let code = if violations.is_empty() {
+        code
+    } else {
+        stderr.push(format!(
+            "Sandbox violation: the preview wrote protected paths: {}",
+            violations.join("; ")
+        ));
+        receipt.rolled_back.extend(violations.iter().cloned());
+        exit::REFUSED
+    };
     if let Err(e) = crate::workspace::bump_generation(state, ws) {
         receipt.error = Some(e.to_string());
     }
@@ -1328,7 +1369,15 @@ fn land_preview(
     rec.approval_id = Some(id.to_string());
     rec.policy_digest = Some(receipt.policy_digest.clone());
     rec.exit_code = Some(code);
-    rec.detail = Some(format!("landed the approved preview {}", pr.digest));
+    rec.detail = Some(if violations.is_empty() {
+        format!("landed the approved preview {}", pr.digest)
+    } else {
+        format!(
+            "landed the approved preview {}; protected paths: {}",
+            pr.digest,
+            violations.join("; ")
+        )
+    });
     if let Ok(seq) = log.append(rec) {
         receipt.audit_seq = Some(seq);
     }

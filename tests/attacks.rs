@@ -1751,3 +1751,177 @@ fn a_launcher_killed_before_its_check_leaves_the_check_to_the_next_start() {
     assert!(text(&o).contains("an interrupted run"), "{}", text(&o));
     assert_eq!(std::fs::read_to_string(w.ws.join(".git/description")).unwrap(), "desc");
 }
+
+/// A bare repository whose fsmonitor touches `marker`, with `worktree` as its
+/// work tree (relative to it), made by `script_prefix`'s shell in the workspace.
+fn evil_repository(marker: &std::path::Path, worktree: &str) -> String {
+    format!(
+        "git init -q --bare evil && git config -f evil/config core.bare false && \
+         git config -f evil/config core.worktree {worktree} && \
+         git config -f evil/config core.fsmonitor 'touch {}; false'",
+        marker.display()
+    )
+}
+
+/// `git status` on the host, in the workspace (an editor runs it every few seconds).
+fn host_git_status(w: &World) {
+    let _ = Command::new("git").arg("status").current_dir(&w.ws).output();
+}
+
+#[test]
+fn a_git_file_made_where_there_is_no_repository_does_not_stay() {
+    // `.git` as a file (`gitdir: DIR`) points git at a configuration of the
+    // run's making, which the host's next `git status` obeys.
+    let w = World::new();
+    let marker = w.outside.join("fsmonitor-ran");
+    let script = format!(
+        "{} && printf 'gitdir: evil\\n' | tee .git; echo PLANTED",
+        evil_repository(&marker, "..")
+    );
+    let o = w.run(&script);
+    assert!(stdout(&o).contains("PLANTED"), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    assert!(!exists(&w.ws.join(".git")), "{}", text(&o));
+    host_git_status(&w);
+    assert!(!exists(&marker), "the host's git ran the run's fsmonitor");
+    // Control: without the sandbox the host's git obeys it.
+    std::fs::remove_dir_all(w.ws.join("evil")).unwrap();
+    let c = w.control(&script);
+    host_git_status(&w);
+    assert!(exists(&marker), "control: {}", text(&c));
+}
+
+#[test]
+fn a_venv_config_shows_the_next_run_only_an_interpreter() {
+    // pyvenv.cfg is the workspace's: a run writes `home = DIR`, and the next
+    // run would bind DIR. Only a directory holding a Python interpreter
+    // counts, and only its bin and lib.
+    let w = World::new();
+    // Not under /tmp, which the sandbox has its own of.
+    let host = tempfile::Builder::new()
+        .prefix("tether-venv-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    let outside = std::fs::canonicalize(host.path()).unwrap();
+    let prefix = outside.join("py");
+    std::fs::create_dir_all(prefix.join("bin")).unwrap();
+    std::fs::create_dir_all(prefix.join("lib")).unwrap();
+    std::fs::create_dir_all(prefix.join("share")).unwrap();
+    std::fs::copy("/bin/true", prefix.join("bin/python3")).unwrap();
+    std::fs::write(prefix.join("lib/stdlib.py"), "").unwrap();
+    std::fs::write(prefix.join("share/secret"), "s3cret").unwrap();
+    std::fs::write(outside.join("secret"), "s3cret").unwrap();
+    let cfg = format!(
+        "home = {}\nhome = {}\nhome = {}\n",
+        outside.display(),
+        prefix.join("share").display(),
+        prefix.join("bin").display()
+    );
+    let o = w.run(&format!("mkdir -p .venv && printf '{cfg}' | tee .venv/pyvenv.cfg"));
+    assert!(o.status.success(), "{}", text(&o));
+    let probe = format!(
+        "cat {o}/secret {p}/share/secret; ls {p}/bin/python3 {p}/lib/stdlib.py",
+        o = outside.display(),
+        p = prefix.display()
+    );
+    let o = w.run(&probe);
+    let out = stdout(&o);
+    assert!(!out.contains("s3cret"), "{}", text(&o));
+    assert!(
+        out.contains("bin/python3") && out.contains("lib/stdlib.py"),
+        "{}",
+        text(&o)
+    );
+    // Control: on the host they are there to read.
+    let c = w.control(&probe);
+    assert_eq!(stdout(&c).matches("s3cret").count(), 2, "control: {}", text(&c));
+}
+
+#[test]
+fn a_fifo_left_where_the_launcher_reads_hangs_nothing() {
+    // A FIFO in place of `.git/config` (read after the run) or
+    // `.venv/pyvenv.cfg` (read before the next): an open blocks until a
+    // writer comes, and the check after the run, owed on disk, would hang
+    // every later start too.
+    let w = World::new();
+    w.write("a", "a\n");
+    let bounded = |args: &[&str]| {
+        let mut child = w
+            .command(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < deadline {
+            if let Some(status) = child.try_wait().unwrap() {
+                let mut err = String::new();
+                child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+                return (status.code(), err);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("tether-exec {args:?} hangs");
+    };
+    let (code, err) = bounded(&[
+        "run",
+        "-c",
+        "git init -q . && git add a && rm .git/config && mkfifo .git/config && mkdir -p .venv && \
+         mkfifo .venv/pyvenv.cfg && python3 -c \"open('.env', 'w').write('X=1')\"",
+    ]);
+    assert_eq!(code, Some(77), "{err}");
+    assert!(!exists(&w.ws.join(".env")), "{err}");
+    let (code, err) = bounded(&["run", "--", "/bin/true"]);
+    assert_eq!(code, Some(0), "{err}");
+    // Control: the same open outside the sandbox blocks.
+    let c = Command::new("timeout")
+        .args(["2", "cat", ".venv/pyvenv.cfg"])
+        .current_dir(&w.ws)
+        .output()
+        .unwrap();
+    assert_eq!(c.status.code(), Some(124), "control: {}", text(&c));
+}
+
+#[test]
+fn a_policy_file_in_the_workspace_cannot_be_replaced_by_renaming_its_directory() {
+    let w = World::new();
+    let policy = "version = 1\nnetwork = false\ndeny = [\"curl\"]\ndefault = \"allow\"\n";
+    w.write("conf/policy.toml", policy);
+    let script = "python3 -c \"import os; os.rename('conf', 'conf.old'); os.mkdir('conf'); \
+                  open('conf/policy.toml', 'w').write('network = true')\"";
+    let o = w.tx(&["run", "--policy", "conf/policy.toml", "-c", script]);
+    assert_ne!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(std::fs::read_to_string(w.ws.join("conf/policy.toml")).unwrap(), policy);
+    assert!(!exists(&w.ws.join("conf.old")), "{}", text(&o));
+    // Control: without the sandbox the rename goes through.
+    let c = w.control(script);
+    assert_eq!(
+        std::fs::read_to_string(w.ws.join("conf/policy.toml")).unwrap(),
+        "network = true",
+        "control: {}",
+        text(&c)
+    );
+}
+
+#[test]
+fn protected_globs_of_the_policy_hold_in_the_default_mode_too() {
+    let w = World::new();
+    w.write("keep/file", "orig");
+    let p = w.policy("version = 1\nprotected = [\"keep/**\"]\n");
+    let script = "python3 -c \"open('keep/file', 'w').write('changed'); open('keep/new', 'w').write('n')\"; echo WROTE";
+    let o = w.tx(&["run", "--policy", p.to_str().unwrap(), "-c", script]);
+    assert!(stdout(&o).contains("WROTE"), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    assert_eq!(std::fs::read_to_string(w.ws.join("keep/file")).unwrap(), "orig");
+    assert!(!exists(&w.ws.join("keep/new")), "{}", text(&o));
+    // Control: without the sandbox both writes land.
+    let c = w.control(script);
+    assert_eq!(
+        std::fs::read_to_string(w.ws.join("keep/file")).unwrap(),
+        "changed",
+        "{}",
+        text(&c)
+    );
+}

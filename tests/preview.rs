@@ -953,3 +953,45 @@ fn a_capture_too_deep_to_remove_is_set_aside_once() {
         assert!(!text(&next).contains("capture"), "{}", text(&next));
     }
 }
+
+#[test]
+fn a_landed_preview_meets_the_check_a_run_does() {
+    // The preview's own check judges paths; a gitlink added to the index
+    // with a `.git` file beside it (`gitdir: ../evil`) is what git follows,
+    // and only the check after a run looks at that. A landing owes it too.
+    let w = World::new();
+    host_git(&w, &["init", "-q"]);
+    w.write("a", "a\n");
+    host_git(&w, &["add", "a"]);
+    host_git(&w, &["commit", "-qm", "init"]);
+    let head = host_git(&w, &["rev-parse", "HEAD"]);
+    let marker = w.outside.join("fsmonitor-ran");
+    let script = format!(
+        "git init -q --bare evil && git config -f evil/config core.bare false && \
+         git config -f evil/config core.worktree ../sub && \
+         git config -f evil/config core.fsmonitor 'touch {}; false' && mkdir -p sub && \
+         printf 'gitdir: ../evil\\n' | tee sub/.git && git update-index --add --cacheinfo 160000,{},sub",
+        marker.display(),
+        head.trim()
+    );
+    let p = w.policy("version = 1\ndefault = \"ask\"\n");
+    let o = w.tx(&["run", "--policy", p.to_str().unwrap(), "-c", &script]);
+    assert_eq!(o.status.code(), Some(75), "{}", text(&o));
+    let id = held_id(&String::from_utf8_lossy(&o.stderr));
+    assert!(w.tx(&["approve", &id]).status.success());
+    let r = w.tx(&["resume", &id]);
+    assert_eq!(r.status.code(), Some(77), "{}", text(&r));
+    assert!(!exists(&w.ws.join("sub/.git")), "{}", text(&r));
+    let _ = Command::new("git").arg("status").current_dir(&w.ws).output();
+    assert!(
+        !exists(&marker),
+        "the host's git ran the preview's fsmonitor: {}",
+        text(&r)
+    );
+    // Control: the same script without the sandbox arms the host's git.
+    std::fs::remove_dir_all(w.ws.join("evil")).unwrap();
+    std::fs::remove_dir_all(w.ws.join("sub")).unwrap();
+    let c = w.control(&script);
+    let _ = Command::new("git").arg("status").current_dir(&w.ws).output();
+    assert!(exists(&marker), "control: {}", text(&c));
+}

@@ -82,28 +82,53 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state:
     // sandbox up as that owner.
     let as_owner = uid == 0 && owner.0 != 0;
     let reachable = |p: &Path| !as_owner || reachable_by(p, owner.0, owner.1);
+    // Never a directory that holds the approver's key (`~/.config` is kept
+    // out by name in the plan; this is for keys kept elsewhere, and for `~`).
+    let approver_key_dir = std::cell::OnceCell::new();
+    let holds_key = |d: &Path| {
+        approver_key_dir
+            .get_or_init(|| {
+                crate::approval::default_approver_key_path()
+                    .ok()
+                    .and_then(|k| k.parent().map(Path::to_path_buf))
+            })
+            .as_ref()
+            .is_some_and(|k: &PathBuf| k.starts_with(d))
+    };
     let mut extra_tool_dirs = without_nested(extra_tool_dirs);
-    extra_tool_dirs.retain(|d| reachable(d));
+    extra_tool_dirs.retain(|d| reachable(d) && !holds_key(d));
+    // A virtualenv's base interpreter (`home = DIR` in its pyvenv.cfg), when
+    // it lives outside the system tree (pyenv, uv): its `bin` and the `lib`
+    // beside it (the standard library, libpython), and nothing else of that
+    // prefix. The file is the workspace's, so the run before this one may
+    // have written it: `home` counts only where a Python interpreter is,
+    // and never shows a directory that holds the approver's key.
     let mut venv_prefixes = Vec::new();
     for name in [".venv", "venv"] {
-        if let Ok(cfg) = std::fs::read_to_string(workspace.join(name).join("pyvenv.cfg")) {
-            for line in cfg.lines() {
-                if let Some(v) = line
-                    .strip_prefix("home")
-                    .map(str::trim_start)
-                    .and_then(|r| r.strip_prefix('='))
-                {
-                    let home = PathBuf::from(v.trim());
-                    let prefix = if home.ends_with("bin") {
-                        home.parent().map(Path::to_path_buf).unwrap_or(home)
-                    } else {
-                        home
-                    };
-                    if let Ok(real) = std::fs::canonicalize(&prefix) {
-                        if !system(&real) && reachable(&real) {
-                            venv_prefixes.push(real);
-                        }
-                    }
+        let Ok(cfg) = crate::workspace::read_planted(&workspace.join(name).join("pyvenv.cfg"), 1 << 16) else {
+            continue;
+        };
+        for line in String::from_utf8_lossy(&cfg).lines() {
+            let Some(v) = line
+                .strip_prefix("home")
+                .map(str::trim_start)
+                .and_then(|r| r.strip_prefix('='))
+            else {
+                continue;
+            };
+            let Ok(bin) = std::fs::canonicalize(v.trim()) else {
+                continue;
+            };
+            let interpreter = ["python3", "python"]
+                .iter()
+                .any(|p| std::fs::metadata(bin.join(p)).is_ok_and(|m| m.is_file() && m.mode() & 0o111 != 0));
+            if !bin.ends_with("bin") || !interpreter || system(&bin) {
+                continue;
+            }
+            let lib = bin.parent().map(|p| p.join("lib")).filter(|l| l.is_dir());
+            for d in std::iter::once(bin.clone()).chain(lib) {
+                if reachable(&d) && !holds_key(&d) && !venv_prefixes.contains(&d) {
+                    venv_prefixes.push(d);
                 }
             }
         }
@@ -111,12 +136,26 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state:
     let git = crate::workspace::git_layout(workspace);
     let secrets = crate::workspace::scan_secrets(workspace, state);
     let protected_present = protected_present(workspace, &git);
-    let policy_files_in_workspace = policy
+    let policy_files_in_workspace: Vec<PathBuf> = policy
         .files
         .iter()
         .filter(|f| f.starts_with(workspace))
         .cloned()
         .collect();
+    let mut policy_parents: Vec<PathBuf> = Vec::new();
+    for f in &policy_files_in_workspace {
+        for a in f
+            .ancestors()
+            .skip(1)
+            .take_while(|a| a.starts_with(workspace) && *a != workspace)
+        {
+            if !policy_parents.iter().any(|p| p == a) {
+                policy_parents.push(a.to_path_buf());
+            }
+        }
+    }
+    // Outermost first: a pin mounted later on a parent would hide those below.
+    policy_parents.sort_by_key(|p| p.components().count());
     let system_secrets = [
         "/etc/shadow",
         "/etc/shadow-",
@@ -155,10 +194,14 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state:
         env_secrets: secrets.env,
         protected_present,
         git_index_unreadable: git.index_unreadable,
+        // The directories on the way to a policy file too: renamed away
+        // with its read-only file inside, a new one would hold a policy of
+        // the run's making for the next run.
         protected_parents: git
             .pins
             .iter()
             .map(|rel| workspace.join(rel))
+            .chain(policy_parents)
             .filter(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir()))
             .collect(),
         policy_files_in_workspace,

@@ -54,7 +54,7 @@ pub fn gitlinks(git_dir: &Path) -> Option<Vec<PathBuf>> {
         }
     }
     let links = if m.is_file() {
-        std::fs::File::open(&path).ok().and_then(|f| {
+        super::open_planted(&path).ok().and_then(|f| {
             let hash_len = if sha256_repository(git_dir) { 32 } else { 20 };
             // Streamed through one window: a large repository's index is
             // megabytes, and memory touched for the first time costs a page
@@ -69,8 +69,10 @@ pub fn gitlinks(git_dir: &Path) -> Option<Vec<PathBuf>> {
 }
 
 fn sha256_repository(git_dir: &Path) -> bool {
-    std::fs::read_to_string(git_dir.join("config")).is_ok_and(|c| {
-        c.lines().any(|l| {
+    // A config that cannot be read (a FIFO the run left) counts as SHA-1:
+    // git cannot use such a repository either.
+    super::read_planted(&git_dir.join("config"), 1 << 20).is_ok_and(|c| {
+        String::from_utf8_lossy(&c).lines().any(|l| {
             let l: String = l.chars().filter(|c| !c.is_whitespace()).collect();
             l.eq_ignore_ascii_case("objectformat=sha256")
         })

@@ -93,6 +93,34 @@ pub fn fingerprint(root: &Path) -> Result<String, WorkspaceError> {
     Ok(format!("sha256:{}", crate::policy::hex(&h.finalize())))
 }
 
+/// Opens for reading a file the sandbox could have planted or replaced
+/// (`.git/config`, the index, `pyvenv.cfg`, a captured file): never through
+/// a symlink at its last component, never blocking (a FIFO there would
+/// hang the launcher, and every later start that finishes its checks), and
+/// only a regular file.
+pub fn open_planted(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_NOCTTY)
+        .open(path)?;
+    if !f.metadata()?.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("{}: not a regular file", path.display()),
+        ));
+    }
+    Ok(f)
+}
+
+/// [`open_planted`], read to its end, at most `limit` bytes.
+pub fn read_planted(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    open_planted(path)?.take(limit).read_to_end(&mut out)?;
+    Ok(out)
+}
+
 fn generation_file(state_dir: &Path, workspace: &Path) -> PathBuf {
     let id = crate::policy::hex(&Sha256::digest(workspace.as_os_str().as_bytes()));
     state_dir.join("generations").join(&id[..32])
@@ -839,9 +867,10 @@ pub fn enforce_protected(root: &Path, before: &ProtectedSnapshot, state: &Path) 
             (None, Some(_)) => {
                 // Created by the run. `.git` itself is not protected (only its
                 // control files), so a new repository keeps its objects; a new
-                // `.git` that is a symlink would point git anywhere.
-                let link = std::fs::symlink_metadata(&p).is_ok_and(|m| m.file_type().is_symlink());
-                if rel == git && !link {
+                // `.git` that is a symlink, or a file (`gitdir: DIR`), would
+                // point git at a configuration never checked.
+                let dir = std::fs::symlink_metadata(&p).is_ok_and(|m| m.is_dir());
+                if rel == git && dir {
                     continue;
                 }
                 move_aside(rel, &p, "created protected path", &mut violations);

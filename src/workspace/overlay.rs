@@ -632,7 +632,7 @@ pub fn preview_digest(dir: &Path, exit_code: i32) -> Result<String, WorkspaceErr
                     .as_bytes(),
             );
         } else if m.is_file() {
-            let mut f = std::fs::File::open(&full).map_err(|e| err(&full, e))?;
+            let mut f = super::open_planted(&full).map_err(|e| err(&full, e))?;
             std::io::copy(&mut f, &mut h).map_err(|e| err(&full, e))?;
         }
         h.update([0xff]);
@@ -1602,7 +1602,7 @@ fn copy_into(from: &Path, to: &beneath::Dir, name: &std::ffi::OsStr) -> std::io:
         let tmp = OsString::from_vec([b".tether-exec-tmp-".as_slice(), name.as_bytes()].concat());
         let _ = to.unlink(&tmp);
         let mut out = to.open_nofollow(&tmp, libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL, 0o600)?;
-        std::io::copy(&mut std::fs::File::open(from)?, &mut out)?;
+        std::io::copy(&mut super::open_planted(from)?, &mut out)?;
         out.set_permissions(std::fs::Permissions::from_mode(m.permissions().mode() & 0o7777))?;
         if let Some((u, g)) = owner_to_give(&m) {
             std::os::unix::fs::fchown(&out, Some(u), Some(g))?;
