@@ -503,12 +503,14 @@ fn a_gitlinks_git_symlink_and_an_index_that_cannot_be_read_are_caught() {
         text(&o)
     );
     // An index this reader cannot vouch for (a split index keeps the entries
-    // elsewhere): reported after the run that made it, and the next writable
-    // run refuses to start until it is rewritten.
+    // elsewhere): a run's never lands, the one before it stays.
     let o = w.run("git update-index --split-index && echo SPLIT");
     assert!(stdout(&o).contains("SPLIT"), "{}", text(&o));
     assert_eq!(o.status.code(), Some(77), "{}", text(&o));
     assert!(text(&o).contains("cannot vouch for"), "{}", text(&o));
+    assert!(w.run("touch ran-after-split.txt").status.success());
+    // One made outside: writable runs refuse to start until it is rewritten.
+    host_git(&w, &["update-index", "--split-index"]);
     let o = w.run("touch ran.txt");
     assert_eq!(o.status.code(), Some(125), "{}", text(&o));
     assert!(text(&o).contains("no-split-index"), "{}", text(&o));
@@ -1924,4 +1926,75 @@ fn protected_globs_of_the_policy_hold_in_the_default_mode_too() {
         "{}",
         text(&c)
     );
+}
+
+/// A repository with one commit; its id.
+fn committed_repository(w: &World) -> String {
+    host_git(w, &["init", "-q"]);
+    w.write("a", "a\n");
+    host_git(w, &["add", "a"]);
+    host_git(w, &["commit", "-qm", "init"]);
+    host_git(w, &["rev-parse", "HEAD"]).trim().to_string()
+}
+
+#[test]
+fn an_index_that_cannot_be_checked_does_not_land() {
+    // A split index keeps its entries in another file, which the check
+    // after the run does not read: a gitlink in it (to a checkout whose
+    // `.git` file points at a repository of the run's making) went unseen,
+    // and the host's `git status` obeyed that repository's config.
+    let w = World::new();
+    let head = committed_repository(&w);
+    let marker = w.outside.join("fsmonitor-ran");
+    let script = format!(
+        "{} && mkdir -p sub && printf 'gitdir: ../evil\\n' | tee sub/.git && \
+         git update-index --split-index --add --cacheinfo 160000,{head},sub; echo PLANTED",
+        evil_repository(&marker, "../sub")
+    );
+    let o = w.run(&script);
+    assert!(stdout(&o).contains("PLANTED"), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    assert!(
+        !host_git(&w, &["ls-files", "--stage"]).contains("160000"),
+        "{}",
+        text(&o)
+    );
+    host_git_status(&w);
+    assert!(!exists(&marker), "the host's git ran the run's fsmonitor: {}", text(&o));
+    // Control: without the sandbox the host's git obeys it.
+    std::fs::remove_dir_all(w.ws.join("evil")).unwrap();
+    std::fs::remove_dir_all(w.ws.join("sub")).unwrap();
+    let c = w.control(&script);
+    host_git_status(&w);
+    assert!(exists(&marker), "control: {}", text(&c));
+}
+
+#[test]
+fn gitlinks_of_a_nested_repository_are_checked_too() {
+    // The workspace's index names `sub`, a repository the run makes, whose
+    // own index names `inner`, whose `.git` file points at a repository of
+    // the run's making: git recurses that far.
+    let w = World::new();
+    let head = committed_repository(&w);
+    let marker = w.outside.join("fsmonitor-ran");
+    let script = format!(
+        "{} && mkdir -p sub/.git/objects sub/.git/refs/heads sub/inner && \
+         echo 'ref: refs/heads/master' | tee sub/.git/HEAD && \
+         printf 'gitdir: ../../evil\\n' | tee sub/inner/.git && \
+         GIT_DIR=sub/.git GIT_WORK_TREE=sub git update-index --add --cacheinfo 160000,{head},inner && \
+         git update-index --add --cacheinfo 160000,{head},sub; echo PLANTED",
+        evil_repository(&marker, "../sub/inner")
+    );
+    let o = w.run(&script);
+    assert!(stdout(&o).contains("PLANTED"), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    assert!(!exists(&w.ws.join("sub/inner/.git")), "{}", text(&o));
+    host_git_status(&w);
+    assert!(!exists(&marker), "the host's git ran the run's fsmonitor: {}", text(&o));
+    // Control: without the sandbox the host's git obeys it.
+    std::fs::remove_dir_all(w.ws.join("evil")).unwrap();
+    std::fs::remove_dir_all(w.ws.join("sub")).unwrap();
+    let c = w.control(&script);
+    host_git_status(&w);
+    assert!(exists(&marker), "control: {}", text(&c));
 }

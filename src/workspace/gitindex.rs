@@ -30,8 +30,15 @@ static LAST: std::sync::Mutex<Option<(Stamp, Option<Vec<PathBuf>>)>> = std::sync
 /// The gitlink paths of `<git_dir>/index`, relative to the work tree; empty
 /// when there is no index. `None`: an index this reader cannot vouch for.
 pub fn gitlinks(git_dir: &Path) -> Option<Vec<PathBuf>> {
+    gitlinks_at(&git_dir.join("index"), git_dir)
+}
+
+/// [`gitlinks`] of the index file `path`, for the repository whose git
+/// directory (its config: which hash it uses) is `git_dir`: a run's new
+/// index, still in its capture, judged before it lands.
+pub fn gitlinks_at(path: &Path, git_dir: &Path) -> Option<Vec<PathBuf>> {
     use std::os::unix::fs::MetadataExt;
-    let path = git_dir.join("index");
+    let path = path.to_path_buf();
     let m = match std::fs::symlink_metadata(&path) {
         Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Some(Vec::new()),

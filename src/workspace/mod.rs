@@ -368,59 +368,82 @@ pub fn git_layout(root: &Path) -> GitLayout {
     }
     // Submodule checkouts and nested repositories that the index names: git
     // recurses into them and obeys their config. Their `.git` is a directory
-    // (a git directory of its own) or a file pointing at one.
-    match gitindex::gitlinks(&root.join(&git)) {
-        Some(links) => {
-            for l in links {
-                // Like git, never through a symlink on the way (git does not
-                // recurse into a gitlink behind one either).
-                // A symlink or a file on the way: git does not go there. A
-                // directory missing on the way: the checkout is missing.
-                let mut prefix = PathBuf::new();
-                let mut missing = false;
-                let mut blocked = false;
-                for c in l.components() {
-                    prefix.push(c);
-                    match std::fs::symlink_metadata(root.join(&prefix)) {
-                        Ok(m) if m.is_dir() => {}
-                        Ok(_) => blocked = true,
-                        Err(_) => missing = true,
+    // (a git directory of its own) or a file pointing at one. Git recurses
+    // on through their indexes too, and so does this: (work tree, git
+    // directory) pairs, each git directory read once.
+    let mut queue: Vec<(PathBuf, PathBuf)> = vec![(PathBuf::new(), git.clone())];
+    let mut read: Vec<PathBuf> = Vec::new();
+    while let Some((tree, gitdir)) = queue.pop() {
+        if read.contains(&gitdir) {
+            continue;
+        }
+        if read.len() >= NESTED_INDEXES_MAX {
+            // Past it the gitlinks are unknown, as for an index not read.
+            layout.index_unreadable = true;
+            break;
+        }
+        read.push(gitdir.clone());
+        match gitindex::gitlinks(&root.join(&gitdir)) {
+            Some(links) => {
+                for l in links {
+                    let l = tree.join(l);
+                    // Like git, never through a symlink on the way (git does not
+                    // recurse into a gitlink behind one either).
+                    // A symlink or a file on the way: git does not go there. A
+                    // directory missing on the way: the checkout is missing.
+                    let mut prefix = PathBuf::new();
+                    let mut missing = false;
+                    let mut blocked = false;
+                    for c in l.components() {
+                        prefix.push(c);
+                        match std::fs::symlink_metadata(root.join(&prefix)) {
+                            Ok(m) if m.is_dir() => {}
+                            Ok(_) => blocked = true,
+                            Err(_) => missing = true,
+                        }
+                        if blocked || missing {
+                            break;
+                        }
                     }
-                    if blocked || missing {
-                        break;
+                    if blocked {
+                        continue;
                     }
-                }
-                if blocked {
-                    continue;
-                }
-                if missing {
-                    layout.missing_checkouts.push(l);
-                    continue;
-                }
-                let dotgit = l.join(".git");
-                // Every directory down to the checkout is pinned: renamed, one
-                // would carry the read-only mounts beneath it away and leave
-                // room for a checkout with a `.git` of the run's making.
-                let mut ancestor = PathBuf::new();
-                for c in l.components() {
-                    ancestor.push(c);
-                    if !layout.pins.contains(&ancestor) {
-                        layout.pins.push(ancestor.clone());
+                    if missing {
+                        layout.missing_checkouts.push(l);
+                        continue;
                     }
-                }
-                match std::fs::symlink_metadata(root.join(&dotgit)) {
-                    Ok(m) if m.is_dir() => {
-                        layout.dirs.push(dotgit.clone());
-                        layout.pins.push(dotgit);
+                    let dotgit = l.join(".git");
+                    // Every directory down to the checkout is pinned: renamed, one
+                    // would carry the read-only mounts beneath it away and leave
+                    // room for a checkout with a `.git` of the run's making.
+                    let mut ancestor = PathBuf::new();
+                    for c in l.components() {
+                        ancestor.push(c);
+                        if !layout.pins.contains(&ancestor) {
+                            layout.pins.push(ancestor.clone());
+                        }
                     }
-                    // A file names the git directory; so does a symlink, which
-                    // git follows: both are checked around a run.
-                    Ok(_) => layout.pointers.push(dotgit),
-                    Err(_) => layout.checkouts_without_git.push(l),
+                    match std::fs::symlink_metadata(root.join(&dotgit)) {
+                        Ok(m) if m.is_dir() => {
+                            queue.push((l.clone(), dotgit.clone()));
+                            layout.dirs.push(dotgit.clone());
+                            layout.pins.push(dotgit);
+                        }
+                        // A file names the git directory; so does a symlink, which
+                        // git follows: both are checked around a run. Where it
+                        // names one inside the workspace, its index is read too.
+                        Ok(_) => {
+                            if let Some(target) = pointed_git_dir(root, &l, &dotgit) {
+                                queue.push((l.clone(), target));
+                            }
+                            layout.pointers.push(dotgit)
+                        }
+                        Err(_) => layout.checkouts_without_git.push(l),
+                    }
                 }
             }
+            None => layout.index_unreadable = true,
         }
-        None => layout.index_unreadable = true,
     }
     // Submodules' git directories: under `.git/modules`, and under each
     // linked worktree's own `modules`.
@@ -455,6 +478,60 @@ pub fn git_layout(root: &Path) -> GitLayout {
         }
     }
     layout
+}
+
+/// At most this many git indexes are read for the gitlinks they name (the
+/// workspace's, and those of the repositories they lead to); past it the
+/// gitlinks count as unknown.
+const NESTED_INDEXES_MAX: usize = 256;
+
+/// The git directory a `.git` file (`gitdir: DIR`, DIR relative to the
+/// checkout `checkout`) names, relative to `root`, when it is a directory
+/// inside the workspace reached without a symlink on the way.
+fn pointed_git_dir(root: &Path, checkout: &Path, dotgit: &Path) -> Option<PathBuf> {
+    let text = read_planted(&root.join(dotgit), 4096).ok()?;
+    let text = String::from_utf8(text).ok()?;
+    let named = text.lines().next()?.strip_prefix("gitdir:")?.trim();
+    // As git writes it (`../../.git/modules/a`): every `..` first, where the
+    // lexical reading below is the one the file system makes.
+    let parts: Vec<_> = Path::new(named).components().collect();
+    let ups = parts
+        .iter()
+        .take_while(|c| matches!(c, std::path::Component::ParentDir))
+        .count();
+    if parts[ups..]
+        .iter()
+        .any(|c| matches!(c, std::path::Component::ParentDir))
+    {
+        return None;
+    }
+    let full = if Path::new(named).is_absolute() {
+        PathBuf::from(named)
+    } else {
+        root.join(checkout).join(named)
+    };
+    // Lexically: `..` undone, never through the file system.
+    let mut rel = PathBuf::new();
+    for c in full.strip_prefix(root).ok()?.components() {
+        match c {
+            std::path::Component::Normal(n) => rel.push(n),
+            std::path::Component::ParentDir => {
+                if !rel.pop() {
+                    return None;
+                }
+            }
+            std::path::Component::CurDir => {}
+            _ => return None,
+        }
+    }
+    let mut on_the_way = PathBuf::new();
+    for c in rel.components() {
+        on_the_way.push(c);
+        if !std::fs::symlink_metadata(root.join(&on_the_way)).is_ok_and(|m| m.is_dir()) {
+            return None;
+        }
+    }
+    Some(rel)
 }
 
 /// At most this many git directories become overlays of their own; past it

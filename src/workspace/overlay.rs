@@ -1276,6 +1276,23 @@ impl Planner<'_> {
             ));
             return false;
         }
+        // A git index: the gitlinks it names are where git recurses, and the
+        // check after the run must know them all. One this reader cannot
+        // vouch for (a split index, damage) stays out; the one before stays.
+        if let Some(dir) = rel
+            .parent()
+            .filter(|d| rel.file_name() == Some("index".as_ref()) && has_head(d))
+        {
+            let new = self.upper.join(rel);
+            if std::fs::symlink_metadata(&new).is_ok_and(|m| m.is_file())
+                && super::gitindex::gitlinks_at(&new, &self.ws.join(dir)).is_none()
+            {
+                self.out.violations.push(format!(
+                    "{what} `{r}`: a git index tether-exec cannot vouch for (a split index, offset tables, names git refuses, or damage), so the gitlinks it names cannot be checked; the index before the run stays"
+                ));
+                return false;
+            }
+        }
         if !self.globs.get().writable(&r) {
             self.out
                 .violations
