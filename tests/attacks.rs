@@ -1998,3 +1998,42 @@ fn gitlinks_of_a_nested_repository_are_checked_too() {
     host_git_status(&w);
     assert!(exists(&marker), "control: {}", text(&c));
 }
+
+#[test]
+fn a_directory_swapped_for_a_symlink_before_its_mount_is_not_followed() {
+    // Another sandbox in the same workspace can swap a writable tree for a
+    // symlink between the plan and init's mount: followed, the bind would
+    // make the host's /tmp the sandbox's. Here the test swaps it while
+    // init waits before its mounts (a debug build's test hook).
+    let w = World::new();
+    std::fs::create_dir(w.ws.join("docs")).unwrap();
+    let p = w.policy("writable_globs = [\"docs/**\"]\n");
+    let marker = w.outside.join("written-through-the-swap");
+    let pause = w.root.path().join("paused");
+    let script = format!("touch {} && echo WROTE", marker.display());
+    let child = Command::new(bin())
+        .arg("--state-dir")
+        .arg(&w.state)
+        .args(["run", "--policy", p.to_str().unwrap(), "-c", &script])
+        .current_dir(&w.ws)
+        .env("TETHER_EXEC_TEST_PAUSE_AT", "before-mounts")
+        .env("TETHER_EXEC_TEST_PAUSE_FILE", &pause)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(wait_for(&pause), "init never paused");
+    // `docs` -> `../../../tmp`: from the host's side of the mount (under
+    // the old root) the host's /tmp, from the sandbox's side its own.
+    let ups = w.ws.components().count() - 1;
+    std::fs::rename(w.ws.join("docs"), w.ws.join("docs.real")).unwrap();
+    std::os::unix::fs::symlink(format!("{}tmp", "../".repeat(ups)), w.ws.join("docs")).unwrap();
+    std::fs::remove_file(&pause).unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(!exists(&marker), "the sandbox wrote the host's /tmp: {}", text(&o));
+    assert_ne!(o.status.code(), Some(0), "{}", text(&o));
+    // Control: the write itself, without the sandbox, lands.
+    let c = w.control(&script);
+    assert!(exists(&marker), "control: {}", text(&c));
+}

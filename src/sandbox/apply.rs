@@ -1469,6 +1469,10 @@ fn make_mountpoint(dst: &Path, file: bool) -> std::io::Result<()> {
 
 const OLD: &str = "/oldroot";
 
+/// An empty read-only tmpfs that directory masks inside the workspace are
+/// copied from, removed once the mounts are made.
+const MASK_DIR: &str = "/.maskdir";
+
 fn old(p: &Path) -> PathBuf {
     Path::new(OLD).join(p.strip_prefix("/").unwrap_or(p))
 }
@@ -1640,11 +1644,39 @@ fn build_filesystem(plan: &Plan, helper: &mut Helper, err: &OwnedFd) -> StepResu
         std::fs::set_permissions("/.mask", std::os::unix::fs::PermissionsExt::from_mode(0o000)),
     )?;
 
+    pause_for_a_test("before-mounts");
     let mut overlays = || helper.take_overlay(err);
     for m in &plan.mounts {
-        apply_mount(m, &mut overlays)?;
+        apply_mount(m, &plan.workspace, &mut overlays)?;
+    }
+    // The empty directory masked directories were copied from (see
+    // `Mount::MaskDir`): its copies stay, it goes.
+    if std::fs::symlink_metadata(MASK_DIR).is_ok() {
+        // SAFETY: umount2 of a tmpfs we mounted, by a NUL-terminated path.
+        if unsafe { libc::umount2(path_c(Path::new(MASK_DIR)).as_ptr(), libc::MNT_DETACH) } != 0 {
+            return Err(("unmount the directory mask".into(), errno()));
+        }
+        step("remove the directory mask", std::fs::remove_dir(MASK_DIR))?;
     }
     Ok(())
+}
+
+/// Test hook (debug builds only): at the named point of init's setup, wait
+/// while the file TETHER_EXEC_TEST_PAUSE_FILE exists (made here; reached
+/// through the host's root, still at `/oldroot`), so that a test can change
+/// the workspace meanwhile, as another sandbox running there could.
+fn pause_for_a_test(name: &str) {
+    if !cfg!(debug_assertions) || !std::env::var("TETHER_EXEC_TEST_PAUSE_AT").is_ok_and(|v| v == name) {
+        return;
+    }
+    let Some(f) = std::env::var_os("TETHER_EXEC_TEST_PAUSE_FILE").map(|f| old(Path::new(&f))) else {
+        return;
+    };
+    let _ = std::fs::write(&f, b"");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while f.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
 }
 
 /// After the helper was told to detach the old root: waits until it is out of
@@ -1678,8 +1710,148 @@ fn finish_filesystem(plan: &Plan, helper: &Helper, err: &OwnedFd) -> StepResult 
     Ok(())
 }
 
+/// The kernel's `struct open_how` (libc's is non-exhaustive).
+#[repr(C)]
+struct OpenHow {
+    flags: u64,
+    mode: u64,
+    resolve: u64,
+}
+
+/// An `O_PATH` descriptor of `p`, resolved with no symlink on the way.
+///
+/// A path inside the workspace can change under us: another sandbox running
+/// in the same workspace can swap a directory for a symlink between the plan
+/// and the mount, and a mount by path would follow it (a writable tree bound
+/// from the host's `/tmp`, a read-only mount landing beside what it
+/// protects). Mounted through this descriptor, the mount lands on what was
+/// checked, or fails.
+fn open_no_symlinks(p: &Path) -> std::io::Result<OwnedFd> {
+    openat2(None, p, libc::RESOLVE_NO_SYMLINKS)
+}
+
+/// [`open_no_symlinks`], except that a symlink inside `root` is followed
+/// while it stays inside (a `.git` that is a symlink to the repository is a
+/// layout the plan supports); one that leads out is refused (`EXDEV`).
+fn open_within(root: &Path, p: &Path) -> std::io::Result<OwnedFd> {
+    match open_no_symlinks(p) {
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            let rel = p.strip_prefix(root).map_err(|_| e)?;
+            let top = open_no_symlinks(root)?;
+            openat2(Some(&top), rel, libc::RESOLVE_BENEATH)
+        }
+        r => r,
+    }
+}
+
+/// openat2 to an `O_PATH` descriptor, from `at` (or the working directory),
+/// never through a magic link, with the `resolve` flags given.
+fn openat2(at: Option<&OwnedFd>, p: &Path, resolve: u64) -> std::io::Result<OwnedFd> {
+    let path = path_c(p);
+    let how = OpenHow {
+        flags: (libc::O_PATH | libc::O_CLOEXEC | libc::O_NOFOLLOW) as u64,
+        mode: 0,
+        resolve: resolve | libc::RESOLVE_NO_MAGICLINKS,
+    };
+    // SAFETY: openat2 with a descriptor we own (or AT_FDCWD), a NUL-terminated
+    // path and an open_how of the size passed; the descriptor is owned below.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            at.map_or(libc::AT_FDCWD, |d| d.as_raw_fd()),
+            path.as_ptr(),
+            &how as *const OpenHow,
+            std::mem::size_of::<OpenHow>(),
+        )
+    };
+    if fd < 0 {
+        return Err(errno());
+    }
+    // SAFETY: a fresh descriptor nobody else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// A detached copy of the mount tree at `at` (with what is mounted below it
+/// when `recursive`), with `set` applied to all of it.
+fn clone_tree(at: &OwnedFd, recursive: bool, set: u64) -> std::io::Result<OwnedFd> {
+    const OPEN_TREE_CLONE: libc::c_uint = 1;
+    let empty = cstr("");
+    let flags = OPEN_TREE_CLONE
+        | libc::O_CLOEXEC as libc::c_uint
+        | libc::AT_EMPTY_PATH as libc::c_uint
+        | if recursive { AT_RECURSIVE } else { 0 };
+    // SAFETY: open_tree on a descriptor we own, the empty path naming it; the
+    // new descriptor is owned below.
+    let fd = unsafe { libc::syscall(libc::SYS_open_tree, at.as_raw_fd(), empty.as_ptr(), flags) };
+    if fd < 0 {
+        return Err(errno());
+    }
+    // SAFETY: a fresh descriptor nobody else owns.
+    let tree = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+    let attr = MountAttr {
+        attr_set: set,
+        ..MountAttr::default()
+    };
+    // SAFETY: mount_setattr on the detached tree we own (empty path), with a
+    // valid mount_attr and its size.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            tree.as_raw_fd(),
+            empty.as_ptr(),
+            libc::AT_EMPTY_PATH as libc::c_uint | AT_RECURSIVE,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if r != 0 {
+        return Err(errno());
+    }
+    Ok(tree)
+}
+
+/// Attaches the detached mount `tree` onto what `onto` names.
+fn attach(tree: &OwnedFd, onto: &OwnedFd) -> std::io::Result<()> {
+    const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 4;
+    const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x40;
+    let empty = cstr("");
+    // SAFETY: move_mount of a detached mount we own onto a descriptor we own;
+    // both empty paths name the descriptors themselves.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            tree.as_raw_fd(),
+            empty.as_ptr(),
+            onto.as_raw_fd(),
+            empty.as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(errno())
+    }
+}
+
+/// A mount onto a path inside the workspace `ws` (not `ws` itself): through
+/// descriptors resolved without leaving it, see [`open_no_symlinks`] and
+/// [`open_within`]. `source`: the tree to copy (`None`: `dst`'s own); one
+/// under the host's workspace (the old root) stays inside that.
+fn mount_in_workspace(ws: &Path, source: Option<&Path>, dst: &Path, recursive: bool, set: u64) -> std::io::Result<()> {
+    let onto = open_within(ws, dst)?;
+    let from = match source {
+        Some(s) if s.starts_with(old(ws)) => open_within(&old(ws), s)?,
+        Some(s) => open_no_symlinks(s)?,
+        None => open_within(ws, dst)?,
+    };
+    attach(&clone_tree(&from, recursive, set)?, &onto)
+}
+
 /// `overlays` gives the next overlay mount the helper made (in plan order).
-fn apply_mount(m: &Mount, overlays: &mut dyn FnMut() -> std::io::Result<OwnedFd>) -> StepResult {
+/// `workspace`: mounts on paths below it go through descriptors.
+fn apply_mount(m: &Mount, workspace: &Path, overlays: &mut dyn FnMut() -> std::io::Result<OwnedFd>) -> StepResult {
+    let inside = |p: &Path| p.starts_with(workspace) && p != workspace;
     match m {
         Mount::Tmpfs { dst, mode, size_mb } => {
             let name = format!("tmpfs {}", dst.display());
@@ -1693,12 +1865,6 @@ fn apply_mount(m: &Mount, overlays: &mut dyn FnMut() -> std::io::Result<OwnedFd>
                 if *writable { "read-write" } else { "read-only" }
             );
             let source = old(src);
-            let meta = step(&name, std::fs::metadata(&source))?;
-            step(&name, make_mountpoint(dst, !meta.is_dir()))?;
-            step(
-                &name,
-                mount_raw(Some(&source), dst, None, libc::MS_BIND | libc::MS_REC, None),
-            )?;
             let mut attrs = MOUNT_ATTR_NOSUID;
             if !*writable {
                 attrs |= MOUNT_ATTR_RDONLY;
@@ -1706,6 +1872,15 @@ fn apply_mount(m: &Mount, overlays: &mut dyn FnMut() -> std::io::Result<OwnedFd>
             if !dst.starts_with("/dev") {
                 attrs |= MOUNT_ATTR_NODEV;
             }
+            if inside(dst) {
+                return step(&name, mount_in_workspace(workspace, Some(&source), dst, true, attrs));
+            }
+            let meta = step(&name, std::fs::metadata(&source))?;
+            step(&name, make_mountpoint(dst, !meta.is_dir()))?;
+            step(
+                &name,
+                mount_raw(Some(&source), dst, None, libc::MS_BIND | libc::MS_REC, None),
+            )?;
             step(&name, set_attrs(dst, attrs))
         }
         Mount::Proc { dst } => {
@@ -1728,6 +1903,16 @@ fn apply_mount(m: &Mount, overlays: &mut dyn FnMut() -> std::io::Result<OwnedFd>
             }
             step(&name, std::os::unix::fs::symlink(target, dst))
         }
+        Mount::MaskFile { dst } if inside(dst) => {
+            let name = format!("hide {}", dst.display());
+            let mask = step(&name, open_no_symlinks(Path::new("/.mask")))?;
+            let onto = step(&name, open_within(workspace, dst))?;
+            let tree = step(
+                &name,
+                clone_tree(&mask, false, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV),
+            )?;
+            step(&name, attach(&tree, &onto))
+        }
         Mount::MaskFile { dst } => {
             let name = format!("hide {}", dst.display());
             step(
@@ -1739,6 +1924,26 @@ fn apply_mount(m: &Mount, overlays: &mut dyn FnMut() -> std::io::Result<OwnedFd>
                 set_attrs(dst, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV),
             )
         }
+        Mount::MaskDir { dst } if inside(dst) => {
+            // An empty read-only directory over it, copied from one tmpfs
+            // made for all of them (removed once the mounts are made).
+            let name = format!("hide {}", dst.display());
+            let empty = Path::new(MASK_DIR);
+            if std::fs::symlink_metadata(empty).is_err() {
+                step(&name, make_mountpoint(empty, false))?;
+                step(&name, mount_tmpfs(empty, libc::MS_RDONLY, "mode=0,size=4k"))?;
+            }
+            step(
+                &name,
+                mount_in_workspace(
+                    workspace,
+                    Some(empty),
+                    dst,
+                    false,
+                    MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+                ),
+            )
+        }
         Mount::MaskDir { dst } => step(
             format!("hide {}", dst.display()),
             mount_tmpfs(dst, libc::MS_RDONLY, "mode=0,size=4k"),
@@ -1746,6 +1951,10 @@ fn apply_mount(m: &Mount, overlays: &mut dyn FnMut() -> std::io::Result<OwnedFd>
         Mount::Overlay { dst, .. } => {
             let name = format!("overlay {}", dst.display());
             let mnt = step(&name, overlays())?;
+            if inside(dst) {
+                let onto = step(&name, open_within(workspace, dst))?;
+                return step(&name, attach(&mnt, &onto));
+            }
             step(&name, make_mountpoint(dst, false))?;
             let p = path_c(dst);
             let empty = cstr("");
@@ -1764,9 +1973,23 @@ fn apply_mount(m: &Mount, overlays: &mut dyn FnMut() -> std::io::Result<OwnedFd>
             };
             step(&name, if r == 0 { Ok(()) } else { Err(errno()) })
         }
+        Mount::Pin { dst } if inside(dst) => step(
+            format!("pin {}", dst.display()),
+            mount_in_workspace(workspace, None, dst, true, 0),
+        ),
         Mount::Pin { dst } => step(
             format!("pin {}", dst.display()),
             mount_raw(Some(dst), dst, None, libc::MS_BIND | libc::MS_REC, None),
+        ),
+        Mount::ReadOnly { dst } if inside(dst) => step(
+            format!("protect {}", dst.display()),
+            mount_in_workspace(
+                workspace,
+                None,
+                dst,
+                true,
+                MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+            ),
         ),
         Mount::ReadOnly { dst } => {
             let name = format!("protect {}", dst.display());
