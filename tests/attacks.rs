@@ -2037,3 +2037,30 @@ fn a_directory_swapped_for_a_symlink_before_its_mount_is_not_followed() {
     let c = w.control(&script);
     assert!(exists(&marker), "control: {}", text(&c));
 }
+
+#[test]
+fn the_terminal_is_left_as_it_was() {
+    // The command shares the person's terminal: echo turned off (or the
+    // terminal left raw) stayed so after it ended.
+    use nix::sys::termios::{tcgetattr, LocalFlags};
+    let w = World::new();
+    let pty = nix::pty::openpty(None, None).unwrap();
+    let echo = |fd: &std::os::fd::OwnedFd| tcgetattr(fd).unwrap().local_flags.contains(LocalFlags::ECHO);
+    assert!(echo(&pty.slave));
+    let terminal = || Stdio::from(pty.slave.try_clone().unwrap());
+    let o = w
+        .command(&["run", "-c", "stty -echo && echo OFF"])
+        .stdin(terminal())
+        .output()
+        .unwrap();
+    assert!(stdout(&o).contains("OFF"), "{}", text(&o));
+    assert!(echo(&pty.slave), "echo is still off after the run: {}", text(&o));
+    // Control: the same command run directly leaves it off.
+    let c = Command::new("bash")
+        .args(["-c", "stty -echo && echo OFF"])
+        .stdin(terminal())
+        .output()
+        .unwrap();
+    assert!(stdout(&c).contains("OFF"), "control: {}", text(&c));
+    assert!(!echo(&pty.slave), "control: echo is on");
+}

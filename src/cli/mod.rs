@@ -378,7 +378,10 @@ pub fn main() -> i32 {
         Command::Approve { id } => with_state(cli.global.state_dir, |s| approvals::approve(s, &id)),
         Command::Reject { id, reason } => with_state(cli.global.state_dir, |s| approvals::reject(s, &id, &reason)),
         Command::Resume { id, receipt } => with_state(cli.global.state_dir, |s| {
-            finish(crate::launch::resume(&id, s), receipt.as_deref())
+            let terminal = TerminalModes::save();
+            let done = crate::launch::resume(&id, s);
+            terminal.restore();
+            finish(done, receipt.as_deref())
         }),
         Command::Approver(ApproverCommand::Show) => with_state(cli.global.state_dir, approvals::approver_show),
         Command::Approver(ApproverCommand::Trust { public_key }) => {
@@ -710,8 +713,48 @@ fn run(spec: &CommandSpec, session: Option<String>, receipt_path: Option<&Path>,
             state_dir: state.to_path_buf(),
         };
         let tty = nix::unistd::isatty(std::io::stdin()).unwrap_or(false);
-        finish(crate::launch::run(&req, tty), receipt_path)
+        let terminal = TerminalModes::save();
+        let done = crate::launch::run(&req, tty);
+        terminal.restore();
+        finish(done, receipt_path)
     })
+}
+
+/// The modes of the terminal the command shares with the person (echo,
+/// canonical input, ...), as they were before it ran: a command that turns
+/// echo off, or leaves the terminal raw, does not leave it so for them.
+struct TerminalModes(Option<(usize, nix::sys::termios::Termios)>);
+
+impl TerminalModes {
+    /// Standard stream `i` (0, 1, 2), as a descriptor.
+    fn with_stream<T>(i: usize, f: impl FnOnce(std::os::fd::BorrowedFd<'_>) -> T) -> T {
+        use std::os::fd::AsFd;
+        match i {
+            0 => f(std::io::stdin().as_fd()),
+            1 => f(std::io::stdout().as_fd()),
+            _ => f(std::io::stderr().as_fd()),
+        }
+    }
+
+    fn save() -> TerminalModes {
+        TerminalModes((0..3).find_map(|i| {
+            Self::with_stream(i, |fd| {
+                nix::unistd::isatty(fd)
+                    .unwrap_or(false)
+                    .then(|| nix::sys::termios::tcgetattr(fd).ok())
+                    .flatten()
+            })
+            .map(|t| (i, t))
+        }))
+    }
+
+    fn restore(self) {
+        if let Some((i, modes)) = self.0 {
+            Self::with_stream(i, |fd| {
+                let _ = nix::sys::termios::tcsetattr(fd, nix::sys::termios::SetArg::TCSANOW, &modes);
+            });
+        }
+    }
 }
 
 #[cfg(test)]
