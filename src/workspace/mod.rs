@@ -300,6 +300,8 @@ pub struct GitLayout {
     /// The index could not be read (a split index, or damage): the gitlinks,
     /// and so the nested repositories, are unknown.
     pub index_unreadable: bool,
+    /// The git directories whose index could not be read.
+    pub unreadable_indexes: Vec<PathBuf>,
     /// Checkouts of gitlinks that exist but hold no `.git` (a submodule not
     /// initialised): a `.git` made there would be obeyed by `git status` at
     /// once, so they are read-only in a writable run.
@@ -442,7 +444,10 @@ pub fn git_layout(root: &Path) -> GitLayout {
                     }
                 }
             }
-            None => layout.index_unreadable = true,
+            None => {
+                layout.index_unreadable = true;
+                layout.unreadable_indexes.push(gitdir);
+            }
         }
     }
     // Submodules' git directories: under `.git/modules`, and under each
@@ -481,9 +486,9 @@ pub fn git_layout(root: &Path) -> GitLayout {
 }
 
 /// At most this many git indexes are read for the gitlinks they name (the
-/// workspace's, and those of the repositories they lead to); past it the
-/// gitlinks count as unknown.
-const NESTED_INDEXES_MAX: usize = 256;
+/// workspace's, and those of the repositories they lead to, as many as the
+/// gitlinks one index may hold); past it the gitlinks count as unknown.
+const NESTED_INDEXES_MAX: usize = 10_000;
 
 /// The git directory a `.git` file (`gitdir: DIR`, DIR relative to the
 /// checkout `checkout`) names, relative to `root`, when it is a directory
@@ -999,7 +1004,23 @@ pub fn enforce_protected(root: &Path, before: &ProtectedSnapshot, state: &Path) 
             move_aside(&rel, &p, "created protected path", &mut violations);
         }
     }
-    if after.index_unreadable {
+    // An index the reader cannot vouch for in a repository the run made (a
+    // split index): the gitlinks it names would go unchecked. The run's own
+    // index, moved aside (`git reset` makes a new one there).
+    let mut unreadable_left = false;
+    for g in &after.unreadable_indexes {
+        if before.git_dirs.contains(g) {
+            unreadable_left = true;
+        } else {
+            move_aside(
+                &g.join("index"),
+                &root.join(g).join("index"),
+                "left an index that cannot be checked in the new repository",
+                &mut violations,
+            );
+        }
+    }
+    if after.index_unreadable && unreadable_left {
         violations.push(
             "the run left a git index that tether-exec cannot vouch for (a split index, offset tables, names git refuses, or damage): the repositories it names were not checked, and writable runs here are refused until it is rewritten (`git update-index --no-split-index`, or `rm .git/index && git reset`)".into(),
         );

@@ -1283,9 +1283,13 @@ impl Planner<'_> {
             .parent()
             .filter(|d| rel.file_name() == Some("index".as_ref()) && has_head(d))
         {
+            // Anything but a regular file (a symlink to an index elsewhere)
+            // is one it cannot vouch for either.
             let new = self.upper.join(rel);
-            if std::fs::symlink_metadata(&new).is_ok_and(|m| m.is_file())
-                && super::gitindex::gitlinks_at(&new, &self.ws.join(dir)).is_none()
+            let written = std::fs::symlink_metadata(&new);
+            if written.is_ok()
+                && (!written.is_ok_and(|m| m.is_file())
+                    || super::gitindex::gitlinks_at(&new, &self.ws.join(dir)).is_none())
             {
                 self.out.violations.push(format!(
                     "{what} `{r}`: a git index tether-exec cannot vouch for (a split index, offset tables, names git refuses, or damage), so the gitlinks it names cannot be checked; the index before the run stays"
