@@ -34,7 +34,8 @@ TETHER_EXEC_BIN="$shipped" cargo test --tests --no-fail-fast -- --exact \
   --skip a_landing_whose_start_cannot_be_synced_lands_nothing_until_approved_again \
   --skip a_preview_removal_cut_short_is_finished_by_the_next_start \
   --skip the_child_removing_a_preview_keeps_no_descriptor_of_the_harness \
-  --skip a_directory_swapped_for_a_symlink_before_its_mount_is_not_followed
+  --skip a_directory_swapped_for_a_symlink_before_its_mount_is_not_followed \
+  --skip a_secret_renamed_away_before_its_mask_is_mounted_stays_hidden
 
 scripts/test-python.sh
 scripts/approval-demo.sh >/dev/null && echo "approval demo: ok"

@@ -2151,3 +2151,41 @@ fn a_policy_named_through_a_symlink_in_the_workspace_is_refused() {
         std::path::Path::new("evil.toml")
     );
 }
+
+#[test]
+fn a_secret_renamed_away_before_its_mask_is_mounted_stays_hidden() {
+    // Another sandbox in the same workspace renames the secret's directory
+    // and puts a decoy where it was, while init waits before its mounts (a
+    // debug build's test hook): the mask would land on the decoy, and the
+    // real secret be read under its new name.
+    let w = World::new();
+    w.write("conf/server.pem", "-----BEGIN PRIVATE KEY----- s3cret\n");
+    let pause = w.root.path().join("paused");
+    let child = Command::new(bin())
+        .arg("--state-dir")
+        .arg(&w.state)
+        .args(["run", "-c", "cat conf.real/server.pem; echo RAN"])
+        .current_dir(&w.ws)
+        .env("TETHER_EXEC_TEST_PAUSE_AT", "before-mounts")
+        .env("TETHER_EXEC_TEST_PAUSE_FILE", &pause)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(wait_for(&pause), "init never paused");
+    std::fs::rename(w.ws.join("conf"), w.ws.join("conf.real")).unwrap();
+    w.write("conf/server.pem", "decoy\n");
+    std::fs::remove_file(&pause).unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(!stdout(&o).contains("s3cret"), "{}", text(&o));
+    assert!(
+        !stdout(&o).contains("RAN"),
+        "nothing runs on a plan that no longer holds: {}",
+        text(&o)
+    );
+    assert_eq!(o.status.code(), Some(125), "{}", text(&o));
+    // Control: outside the sandbox the renamed secret reads.
+    let c = w.control("cat conf.real/server.pem");
+    assert!(stdout(&c).contains("s3cret"), "control: {}", text(&c));
+}

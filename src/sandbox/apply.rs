@@ -1647,7 +1647,11 @@ fn build_filesystem(plan: &Plan, helper: &mut Helper, err: &OwnedFd) -> StepResu
     pause_for_a_test("before-mounts");
     let mut overlays = || helper.take_overlay(err);
     for m in &plan.mounts {
-        apply_mount(m, &plan.workspace, &mut overlays)?;
+        let ws = Workspace {
+            path: &plan.workspace,
+            identities: &plan.workspace_identities,
+        };
+        apply_mount(m, &ws, &mut overlays)?;
     }
     // The empty directory masked directories were copied from (see
     // `Mount::MaskDir`): its copies stay, it goes.
@@ -1834,24 +1838,61 @@ fn attach(tree: &OwnedFd, onto: &OwnedFd) -> std::io::Result<()> {
     }
 }
 
-/// A mount onto a path inside the workspace `ws` (not `ws` itself): through
-/// descriptors resolved without leaving it, see [`open_no_symlinks`] and
-/// [`open_within`]. `source`: the tree to copy (`None`: `dst`'s own); one
-/// under the host's workspace (the old root) stays inside that.
-fn mount_in_workspace(ws: &Path, source: Option<&Path>, dst: &Path, recursive: bool, set: u64) -> std::io::Result<()> {
-    let onto = open_within(ws, dst)?;
+/// What init knows of the workspace: where it is, and the (device, inode)
+/// the plan found at each path it mounts on there.
+struct Workspace<'a> {
+    path: &'a Path,
+    identities: &'a [(PathBuf, (u64, u64))],
+}
+
+impl Workspace<'_> {
+    /// [`open_within`] the workspace (`under` it: as init sees it, or as
+    /// the host's under the old root), and still what the plan found at
+    /// `planned`: renamed or replaced meanwhile, it is refused.
+    fn open(&self, p: &Path, planned: &Path) -> std::io::Result<OwnedFd> {
+        let root = if p.starts_with(old(self.path)) {
+            old(self.path)
+        } else {
+            self.path.to_path_buf()
+        };
+        let fd = open_within(&root, p)?;
+        if let Some((_, want)) = self.identities.iter().find(|(q, _)| q == planned) {
+            let m = nix::sys::stat::fstat(&fd).map_err(std::io::Error::from)?;
+            if (m.st_dev, m.st_ino) != *want {
+                return Err(std::io::Error::other(
+                    "it changed since the sandbox was planned (renamed or replaced, by another run in this workspace?); run again",
+                ));
+            }
+        }
+        Ok(fd)
+    }
+}
+
+/// A mount onto a path inside the workspace (not the workspace itself):
+/// through descriptors resolved without leaving it, see [`open_no_symlinks`]
+/// and [`open_within`], onto what the plan found there. `source`: the tree to
+/// copy (`None`: `dst`'s own); one under the host's workspace (the old root)
+/// stays inside that.
+fn mount_in_workspace(
+    ws: &Workspace,
+    source: Option<(&Path, &Path)>,
+    dst: &Path,
+    recursive: bool,
+    set: u64,
+) -> std::io::Result<()> {
+    let onto = ws.open(dst, dst)?;
     let from = match source {
-        Some(s) if s.starts_with(old(ws)) => open_within(&old(ws), s)?,
-        Some(s) => open_no_symlinks(s)?,
-        None => open_within(ws, dst)?,
+        Some((s, planned)) if s.starts_with(old(ws.path)) => ws.open(s, planned)?,
+        Some((s, _)) => open_no_symlinks(s)?,
+        None => ws.open(dst, dst)?,
     };
     attach(&clone_tree(&from, recursive, set)?, &onto)
 }
 
 /// `overlays` gives the next overlay mount the helper made (in plan order).
 /// `workspace`: mounts on paths below it go through descriptors.
-fn apply_mount(m: &Mount, workspace: &Path, overlays: &mut dyn FnMut() -> std::io::Result<OwnedFd>) -> StepResult {
-    let inside = |p: &Path| p.starts_with(workspace) && p != workspace;
+fn apply_mount(m: &Mount, ws: &Workspace, overlays: &mut dyn FnMut() -> std::io::Result<OwnedFd>) -> StepResult {
+    let inside = |p: &Path| p.starts_with(ws.path) && p != ws.path;
     match m {
         Mount::Tmpfs { dst, mode, size_mb } => {
             let name = format!("tmpfs {}", dst.display());
@@ -1873,7 +1914,7 @@ fn apply_mount(m: &Mount, workspace: &Path, overlays: &mut dyn FnMut() -> std::i
                 attrs |= MOUNT_ATTR_NODEV;
             }
             if inside(dst) {
-                return step(&name, mount_in_workspace(workspace, Some(&source), dst, true, attrs));
+                return step(&name, mount_in_workspace(ws, Some((&source, src)), dst, true, attrs));
             }
             let meta = step(&name, std::fs::metadata(&source))?;
             step(&name, make_mountpoint(dst, !meta.is_dir()))?;
@@ -1906,7 +1947,7 @@ fn apply_mount(m: &Mount, workspace: &Path, overlays: &mut dyn FnMut() -> std::i
         Mount::MaskFile { dst } if inside(dst) => {
             let name = format!("hide {}", dst.display());
             let mask = step(&name, open_no_symlinks(Path::new("/.mask")))?;
-            let onto = step(&name, open_within(workspace, dst))?;
+            let onto = step(&name, ws.open(dst, dst))?;
             let tree = step(
                 &name,
                 clone_tree(&mask, false, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV),
@@ -1936,8 +1977,8 @@ fn apply_mount(m: &Mount, workspace: &Path, overlays: &mut dyn FnMut() -> std::i
             step(
                 &name,
                 mount_in_workspace(
-                    workspace,
-                    Some(empty),
+                    ws,
+                    Some((empty, empty)),
                     dst,
                     false,
                     MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
@@ -1952,7 +1993,7 @@ fn apply_mount(m: &Mount, workspace: &Path, overlays: &mut dyn FnMut() -> std::i
             let name = format!("overlay {}", dst.display());
             let mnt = step(&name, overlays())?;
             if inside(dst) {
-                let onto = step(&name, open_within(workspace, dst))?;
+                let onto = step(&name, ws.open(dst, dst))?;
                 return step(&name, attach(&mnt, &onto));
             }
             step(&name, make_mountpoint(dst, false))?;
@@ -1975,7 +2016,7 @@ fn apply_mount(m: &Mount, workspace: &Path, overlays: &mut dyn FnMut() -> std::i
         }
         Mount::Pin { dst } if inside(dst) => step(
             format!("pin {}", dst.display()),
-            mount_in_workspace(workspace, None, dst, true, 0),
+            mount_in_workspace(ws, None, dst, true, 0),
         ),
         Mount::Pin { dst } => step(
             format!("pin {}", dst.display()),
@@ -1984,7 +2025,7 @@ fn apply_mount(m: &Mount, workspace: &Path, overlays: &mut dyn FnMut() -> std::i
         Mount::ReadOnly { dst } if inside(dst) => step(
             format!("protect {}", dst.display()),
             mount_in_workspace(
-                workspace,
+                ws,
                 None,
                 dst,
                 true,

@@ -109,6 +109,55 @@ pub struct Plan {
     /// The sandbox's processes belong to the kernel's root user, which
     /// RLIMIT_NPROC does not bind: `pids_max` is enforced by a pids cgroup.
     pub pids_cgroup: bool,
+    /// (device, inode) of each mount's target (and source) inside the
+    /// workspace, as planned: init mounts only onto what it finds there
+    /// still (another sandbox in the same workspace could rename or swap it
+    /// meanwhile).
+    #[serde(skip)]
+    pub workspace_identities: Vec<(PathBuf, (u64, u64))>,
+}
+
+impl Mount {
+    /// The paths this mount acts on: its target, and a bind's source.
+    pub fn paths(&self) -> impl Iterator<Item = &Path> {
+        let (dst, src): (&Path, Option<&Path>) = match self {
+            Mount::Tmpfs { dst, .. }
+            | Mount::Proc { dst }
+            | Mount::Symlink { dst, .. }
+            | Mount::MaskFile { dst }
+            | Mount::MaskDir { dst }
+            | Mount::ReadOnly { dst }
+            | Mount::Pin { dst }
+            | Mount::Overlay { dst, .. } => (dst, None),
+            Mount::Bind { src, dst, .. } => (dst, Some(src)),
+        };
+        std::iter::once(dst).chain(src)
+    }
+}
+
+/// (device, inode) of what `mounts` act on inside `workspace` (not the
+/// workspace itself), symlinks inside followed as init will. Not below an
+/// overlay: what init finds there is the overlay's own file (its own device),
+/// the overlay's mount point having been checked.
+fn workspace_identities(mounts: &[Mount], workspace: &Path) -> Vec<(PathBuf, (u64, u64))> {
+    use std::os::unix::fs::MetadataExt;
+    let overlays: Vec<&Path> = mounts
+        .iter()
+        .filter_map(|m| match m {
+            Mount::Overlay { dst, .. } => Some(dst.as_path()),
+            _ => None,
+        })
+        .collect();
+    let mut out: Vec<(PathBuf, (u64, u64))> = Vec::new();
+    for p in mounts.iter().flat_map(Mount::paths) {
+        let below_overlay = overlays.iter().any(|o| p.starts_with(o) && p != *o);
+        if p.starts_with(workspace) && p != workspace && !below_overlay && !out.iter().any(|(q, _)| q == p) {
+            if let Ok(m) = std::fs::metadata(p) {
+                out.push((p.to_path_buf(), (m.dev(), m.ino())));
+            }
+        }
+    }
+    out
 }
 
 /// Facts about the host, read before planning (cheap `stat`s and env).
@@ -575,7 +624,9 @@ pub fn build(
     let inner_uid = if outer_uid == 0 { 1000 } else { outer_uid };
     let inner_gid = if outer_gid == 0 { 1000 } else { outer_gid };
 
+    let workspace_identities = workspace_identities(&mounts, workspace);
     Ok(Plan {
+        workspace_identities,
         argv,
         env,
         path,
