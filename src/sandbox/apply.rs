@@ -1857,8 +1857,11 @@ impl Workspace<'_> {
         };
         let fd = open_within(&root, p)?;
         if let Some((_, want)) = self.identities.iter().find(|(q, _)| q == planned) {
+            // Another file of the workspace's filesystem: renamed or replaced.
+            // (One on another device is behind a mount of the sandbox's own,
+            // a git directory's overlay, which init made and checked itself.)
             let m = nix::sys::stat::fstat(&fd).map_err(std::io::Error::from)?;
-            if (m.st_dev, m.st_ino) != *want {
+            if m.st_dev == want.0 && m.st_ino != want.1 {
                 return Err(std::io::Error::other(
                     "it changed since the sandbox was planned (renamed or replaced, by another run in this workspace?); run again",
                 ));

@@ -555,17 +555,31 @@ pub fn git_overlay_dirs(layout: &GitLayout, root: &Path, trees: Option<&[String]
                 .any(|t| t.is_empty() || d.starts_with(Path::new(std::ffi::OsStr::new(t))))
         })
     };
+    let real = |d: &Path| {
+        let mut prefix = PathBuf::new();
+        d.components().all(|c| {
+            prefix.push(c);
+            std::fs::symlink_metadata(root.join(&prefix)).is_ok_and(|m| m.is_dir())
+        })
+    };
     let mut out: Vec<PathBuf> = Vec::new();
     for d in &layout.dirs {
-        let real = {
-            let mut prefix = PathBuf::new();
-            d.components().all(|c| {
-                prefix.push(c);
-                std::fs::symlink_metadata(root.join(&prefix)).is_ok_and(|m| m.is_dir())
-            })
+        // A git directory reached through a symlink inside the workspace (a
+        // `.git` that links to the repository): the overlay goes where the
+        // link leads, which is what git writes through it.
+        let d = if real(d) {
+            d.clone()
+        } else {
+            match std::fs::canonicalize(root.join(d))
+                .ok()
+                .and_then(|c| c.strip_prefix(root).ok().map(Path::to_path_buf))
+            {
+                Some(target) if !target.as_os_str().is_empty() && real(&target) => target,
+                _ => continue,
+            }
         };
-        if real && writable(d) && !out.iter().any(|o| d.starts_with(o)) {
-            out.push(d.clone());
+        if writable(&d) && !out.iter().any(|o| d.starts_with(o)) {
+            out.push(d);
         }
     }
     out
