@@ -2189,3 +2189,53 @@ fn a_secret_renamed_away_before_its_mask_is_mounted_stays_hidden() {
     let c = w.control("cat conf.real/server.pem");
     assert!(stdout(&c).contains("s3cret"), "control: {}", text(&c));
 }
+
+#[test]
+fn a_linked_worktrees_submodule_pointer_is_protected() {
+    // The workspace is a linked worktree (its `.git` a file naming a git
+    // directory outside): the gitlinks of the index there still name
+    // checkouts here, whose `.git` files git follows.
+    let w = World::new();
+    let main = w.outside.join("main");
+    std::fs::create_dir_all(&main).unwrap();
+    let git = |dir: &std::path::Path, args: &[&str]| {
+        let o = Command::new("git")
+            .args(["-c", "user.email=t@t", "-c", "user.name=t"])
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "git {args:?}: {}", text(&o));
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    };
+    git(&main, &["init", "-q"]);
+    std::fs::write(main.join("a"), "a\n").unwrap();
+    git(&main, &["add", "a"]);
+    git(&main, &["commit", "-qm", "init"]);
+    let head = git(&main, &["rev-parse", "HEAD"]);
+    std::fs::remove_dir(&w.ws).unwrap();
+    git(&main, &["worktree", "add", "-q", w.ws.to_str().unwrap()]);
+    let pointer = format!("gitdir: {}\n", main.join(".git").display());
+    w.write("lib/.git", &pointer);
+    git(
+        &w.ws,
+        &["update-index", "--add", "--cacheinfo", &format!("160000,{head},lib")],
+    );
+    let script = "printf 'gitdir: ../evil\\n' | tee lib/.git; echo TRIED";
+    let o = w.run(script);
+    assert!(stdout(&o).contains("TRIED"), "{}", text(&o));
+    assert_eq!(
+        std::fs::read_to_string(w.ws.join("lib/.git")).unwrap(),
+        pointer,
+        "{}",
+        text(&o)
+    );
+    // Control: without the sandbox it is rewritten.
+    let c = w.control(script);
+    assert_eq!(
+        std::fs::read_to_string(w.ws.join("lib/.git")).unwrap(),
+        "gitdir: ../evil\n",
+        "control: {}",
+        text(&c)
+    );
+}

@@ -342,9 +342,39 @@ pub fn git_layout(root: &Path) -> GitLayout {
     // A `.git` symlink to a directory is a git directory too: git follows it,
     // and so do the mounts made on paths beneath it.
     let git = PathBuf::from(".git");
+    if std::fs::symlink_metadata(root.join(&git)).is_ok_and(|m| m.is_file()) {
+        // A `.git` file: a linked worktree, or a repository whose git
+        // directory is elsewhere (`--separate-git-dir`). Inside the
+        // workspace, that directory is the workspace's git directory;
+        // outside, only its index matters here: the gitlinks it names are
+        // checkouts in the workspace, whose `.git` files git follows.
+        match pointed_git_dir(root, Path::new(""), &git) {
+            Some(inside) => return git_layout_of(root, inside, layout),
+            None => {
+                if let Some(outside) = outside_git_dir(root, &git) {
+                    gitlinks_from(root, &mut layout, vec![(PathBuf::new(), outside)]);
+                }
+                return layout;
+            }
+        }
+    }
     if !std::fs::metadata(root.join(&git)).is_ok_and(|m| m.is_dir()) {
         return layout;
     }
+    git_layout_of(root, git, layout)
+}
+
+/// The git directory a `.git` file names when it is outside the workspace
+/// (absolute, as git reads it), if it is a directory.
+fn outside_git_dir(root: &Path, dotgit: &Path) -> Option<PathBuf> {
+    let text = String::from_utf8(read_planted(&root.join(dotgit), 4096).ok()?).ok()?;
+    let named = text.lines().next()?.strip_prefix("gitdir:")?.trim();
+    let dir = std::fs::canonicalize(root.join(named)).ok()?;
+    (dir.is_dir() && !dir.starts_with(root)).then_some(dir)
+}
+
+/// [`git_layout`] of the workspace whose git directory is `git` (relative).
+fn git_layout_of(root: &Path, git: PathBuf, mut layout: GitLayout) -> GitLayout {
     layout.dirs.push(git.clone());
     layout.pins.push(git.clone());
     // Never through a symlink below `.git`: what it points at is not ours.
@@ -363,6 +393,21 @@ pub fn git_layout(root: &Path) -> GitLayout {
     };
     let worktrees = git.join("worktrees");
     let linked = subdirs(&worktrees);
+    // Linked worktrees inside the workspace: git in one follows its `.git`
+    // file, and recurses into the gitlinks of its own index.
+    let mut queue: Vec<(PathBuf, PathBuf)> = vec![(PathBuf::new(), git.clone())];
+    for l in &linked {
+        let Ok(named) = read_planted(&root.join(l).join("gitdir"), 4096) else {
+            continue;
+        };
+        let named = PathBuf::from(String::from_utf8_lossy(&named).trim());
+        if let Ok(rel) = named.strip_prefix(root) {
+            if rel.file_name() == Some(".git".as_ref()) {
+                layout.pointers.push(rel.to_path_buf());
+                queue.push((rel.parent().map(Path::to_path_buf).unwrap_or_default(), l.clone()));
+            }
+        }
+    }
     if !linked.is_empty() {
         layout.pins.push(worktrees.clone());
         layout.pins.extend(linked.iter().cloned());
@@ -373,7 +418,13 @@ pub fn git_layout(root: &Path) -> GitLayout {
     // (a git directory of its own) or a file pointing at one. Git recurses
     // on through their indexes too, and so does this: (work tree, git
     // directory) pairs, each git directory read once.
-    let mut queue: Vec<(PathBuf, PathBuf)> = vec![(PathBuf::new(), git.clone())];
+    gitlinks_from(root, &mut layout, queue);
+    modules_of(root, &git, &worktrees, layout)
+}
+
+/// Reads the gitlinks of each (work tree, git directory) of `queue` and of
+/// the repositories they lead to, into `layout` (see [`git_layout`]).
+fn gitlinks_from(root: &Path, layout: &mut GitLayout, mut queue: Vec<(PathBuf, PathBuf)>) {
     let mut read: Vec<PathBuf> = Vec::new();
     while let Some((tree, gitdir)) = queue.pop() {
         if read.contains(&gitdir) {
@@ -450,10 +501,27 @@ pub fn git_layout(root: &Path) -> GitLayout {
             }
         }
     }
-    // Submodules' git directories: under `.git/modules`, and under each
-    // linked worktree's own `modules`.
+}
+
+/// Submodules' git directories: under `.git/modules`, and under each linked
+/// worktree's own `modules` (see [`git_layout`]).
+fn modules_of(root: &Path, git: &Path, worktrees: &Path, mut layout: GitLayout) -> GitLayout {
+    // Never through a symlink below `.git`: what it points at is not ours.
+    let subdirs = |rel: &Path| -> Vec<PathBuf> {
+        if !std::fs::symlink_metadata(root.join(rel)).is_ok_and(|m| m.is_dir()) {
+            return Vec::new();
+        }
+        std::fs::read_dir(root.join(rel))
+            .map(|rd| {
+                rd.flatten()
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                    .map(|e| rel.join(e.file_name()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
     let mut stack = vec![(git.join("modules"), 0)];
-    for wt in layout.dirs.iter().filter(|d| d.starts_with(&worktrees)) {
+    for wt in layout.dirs.iter().filter(|d| d.starts_with(worktrees)) {
         stack.push((wt.join("modules"), 0));
     }
     let mut visited = 0;
