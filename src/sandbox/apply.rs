@@ -1884,12 +1884,13 @@ fn mount_in_workspace(
     set: u64,
 ) -> std::io::Result<()> {
     let onto = ws.open(dst, dst)?;
-    let from = match source {
-        Some((s, planned)) if s.starts_with(old(ws.path)) => ws.open(s, planned)?,
-        Some((s, _)) => open_no_symlinks(s)?,
-        None => ws.open(dst, dst)?,
+    let tree = match source {
+        Some((s, planned)) if s.starts_with(old(ws.path)) => clone_tree(&ws.open(s, planned)?, recursive, set)?,
+        Some((s, _)) => clone_tree(&open_no_symlinks(s)?, recursive, set)?,
+        // Onto itself: one descriptor serves both.
+        None => clone_tree(&onto, recursive, set)?,
     };
-    attach(&clone_tree(&from, recursive, set)?, &onto)
+    attach(&tree, &onto)
 }
 
 /// `overlays` gives the next overlay mount the helper made (in plan order).
