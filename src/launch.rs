@@ -380,6 +380,26 @@ fn not_started(
     }
 }
 
+/// `code`, or the refusal when `who` (the run, the preview) wrote protected
+/// paths: said on stderr, and listed as rolled back in the receipt.
+fn refused_for_protected_paths(
+    code: i32,
+    violations: &[String],
+    who: &str,
+    stderr: &mut Vec<String>,
+    receipt: &mut Receipt,
+) -> i32 {
+    if violations.is_empty() {
+        return code;
+    }
+    stderr.push(format!(
+        "Sandbox violation: {who} wrote protected paths: {}",
+        violations.join("; ")
+    ));
+    receipt.rolled_back.extend(violations.iter().cloned());
+    exit::REFUSED
+}
+
 /// A policy file named through a symlink in the workspace: a run could point
 /// the link at a policy of its own for the next run (the file itself is
 /// read-only inside, a link cannot be made so).
@@ -726,17 +746,10 @@ fn execute(
     if let Some(p) = pending {
         p.done();
     }
-    let code = if violations.is_empty() {
-        code
-    } else {
-        stderr.push(format!(
-            "Sandbox violation: the run wrote protected paths: {}",
-            violations.join("; ")
-        ));
-        receipt.rolled_back.extend(violations.iter().cloned());
+    if !violations.is_empty() {
         rec.detail = Some(format!("protected paths: {}", violations.join("; ")));
-        exit::REFUSED
-    };
+    }
+    let code = refused_for_protected_paths(code, &violations, "the run", &mut stderr, &mut receipt);
     receipt.exit_code = Some(code);
     rec.exit_code = Some(code);
     match log.append(rec) {
@@ -1377,16 +1390,7 @@ fn land_preview(
         Err(e) => vec![format!("could not check protected paths: {e}")],
     };
     pending.done();
-    let code = if violations.is_empty() {
-        code
-    } else {
-        stderr.push(format!(
-            "Sandbox violation: the preview wrote protected paths: {}",
-            violations.join("; ")
-        ));
-        receipt.rolled_back.extend(violations.iter().cloned());
-        exit::REFUSED
-    };
+    let code = refused_for_protected_paths(code, &violations, "the preview", &mut stderr, &mut receipt);
     if let Err(e) = crate::workspace::bump_generation(state, ws) {
         receipt.error = Some(e.to_string());
     }

@@ -1770,6 +1770,32 @@ fn host_git_status(w: &World) {
     let _ = Command::new("git").arg("status").current_dir(&w.ws).output();
 }
 
+/// Runs `script`, which plants (at the workspace paths `planted`) what would
+/// make the host's `git status` touch `marker`, and prints PLANTED: the run is
+/// refused (exit 77, then `after_run` checks it) and the host's git obeys
+/// nothing of it. Then, those paths removed, the control: without the
+/// sandbox the host's git obeys it.
+fn host_git_obeys_nothing_planted(
+    w: &World,
+    script: &str,
+    marker: &std::path::Path,
+    planted: &[&str],
+    after_run: impl Fn(&std::process::Output),
+) {
+    let o = w.run(script);
+    assert!(stdout(&o).contains("PLANTED"), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    after_run(&o);
+    host_git_status(w);
+    assert!(!exists(marker), "the host's git ran the run's fsmonitor: {}", text(&o));
+    for p in planted {
+        std::fs::remove_dir_all(w.ws.join(p)).unwrap();
+    }
+    let c = w.control(script);
+    host_git_status(w);
+    assert!(exists(marker), "control: {}", text(&c));
+}
+
 #[test]
 fn a_git_file_made_where_there_is_no_repository_does_not_stay() {
     // `.git` as a file (`gitdir: DIR`) points git at a configuration of the
@@ -1780,17 +1806,9 @@ fn a_git_file_made_where_there_is_no_repository_does_not_stay() {
         "{} && printf 'gitdir: evil\\n' | tee .git; echo PLANTED",
         evil_repository(&marker, "..")
     );
-    let o = w.run(&script);
-    assert!(stdout(&o).contains("PLANTED"), "{}", text(&o));
-    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
-    assert!(!exists(&w.ws.join(".git")), "{}", text(&o));
-    host_git_status(&w);
-    assert!(!exists(&marker), "the host's git ran the run's fsmonitor");
-    // Control: without the sandbox the host's git obeys it.
-    std::fs::remove_dir_all(w.ws.join("evil")).unwrap();
-    let c = w.control(&script);
-    host_git_status(&w);
-    assert!(exists(&marker), "control: {}", text(&c));
+    host_git_obeys_nothing_planted(&w, &script, &marker, &["evil"], |o| {
+        assert!(!exists(&w.ws.join(".git")), "{}", text(o));
+    });
 }
 
 #[test]
@@ -1953,22 +1971,13 @@ fn an_index_that_cannot_be_checked_does_not_land() {
          git update-index --split-index --add --cacheinfo 160000,{head},sub; echo PLANTED",
         evil_repository(&marker, "../sub")
     );
-    let o = w.run(&script);
-    assert!(stdout(&o).contains("PLANTED"), "{}", text(&o));
-    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
-    assert!(
-        !host_git(&w, &["ls-files", "--stage"]).contains("160000"),
-        "{}",
-        text(&o)
-    );
-    host_git_status(&w);
-    assert!(!exists(&marker), "the host's git ran the run's fsmonitor: {}", text(&o));
-    // Control: without the sandbox the host's git obeys it.
-    std::fs::remove_dir_all(w.ws.join("evil")).unwrap();
-    std::fs::remove_dir_all(w.ws.join("sub")).unwrap();
-    let c = w.control(&script);
-    host_git_status(&w);
-    assert!(exists(&marker), "control: {}", text(&c));
+    host_git_obeys_nothing_planted(&w, &script, &marker, &["evil", "sub"], |o| {
+        assert!(
+            !host_git(&w, &["ls-files", "--stage"]).contains("160000"),
+            "{}",
+            text(o)
+        );
+    });
 }
 
 #[test]
@@ -1987,18 +1996,9 @@ fn gitlinks_of_a_nested_repository_are_checked_too() {
          git update-index --add --cacheinfo 160000,{head},sub; echo PLANTED",
         evil_repository(&marker, "../sub/inner")
     );
-    let o = w.run(&script);
-    assert!(stdout(&o).contains("PLANTED"), "{}", text(&o));
-    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
-    assert!(!exists(&w.ws.join("sub/inner/.git")), "{}", text(&o));
-    host_git_status(&w);
-    assert!(!exists(&marker), "the host's git ran the run's fsmonitor: {}", text(&o));
-    // Control: without the sandbox the host's git obeys it.
-    std::fs::remove_dir_all(w.ws.join("evil")).unwrap();
-    std::fs::remove_dir_all(w.ws.join("sub")).unwrap();
-    let c = w.control(&script);
-    host_git_status(&w);
-    assert!(exists(&marker), "control: {}", text(&c));
+    host_git_obeys_nothing_planted(&w, &script, &marker, &["evil", "sub"], |o| {
+        assert!(!exists(&w.ws.join("sub/inner/.git")), "{}", text(o));
+    });
 }
 
 #[test]
@@ -2081,22 +2081,10 @@ fn an_index_that_is_a_symlink_does_not_land() {
          ln -sf ../myidx .git/index; echo PLANTED",
         evil_repository(&marker, "../sub")
     );
-    let o = w.run(&script);
-    assert!(stdout(&o).contains("PLANTED"), "{}", text(&o));
-    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
-    assert!(
-        std::fs::symlink_metadata(w.ws.join(".git/index")).is_ok_and(|m| m.is_file()),
-        "{}",
-        text(&o)
-    );
-    host_git_status(&w);
-    assert!(!exists(&marker), "the host's git ran the run's fsmonitor: {}", text(&o));
-    // Control: without the sandbox the host's git obeys it.
-    std::fs::remove_dir_all(w.ws.join("evil")).unwrap();
-    std::fs::remove_dir_all(w.ws.join("sub")).unwrap();
-    let c = w.control(&script);
-    host_git_status(&w);
-    assert!(exists(&marker), "control: {}", text(&c));
+    host_git_obeys_nothing_planted(&w, &script, &marker, &["evil", "sub"], |o| {
+        let index = std::fs::symlink_metadata(w.ws.join(".git/index"));
+        assert!(index.is_ok_and(|m| m.is_file()), "{}", text(o));
+    });
 }
 
 #[test]
@@ -2114,17 +2102,7 @@ fn a_split_index_in_a_repository_the_run_makes_does_not_stay() {
          git update-index --add --cacheinfo 160000,{head},n; echo PLANTED",
         evil_repository(&marker, "../n/x")
     );
-    let o = w.run(&script);
-    assert!(stdout(&o).contains("PLANTED"), "{}", text(&o));
-    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
-    host_git_status(&w);
-    assert!(!exists(&marker), "the host's git ran the run's fsmonitor: {}", text(&o));
-    // Control: without the sandbox the host's git obeys it.
-    std::fs::remove_dir_all(w.ws.join("evil")).unwrap();
-    std::fs::remove_dir_all(w.ws.join("n")).unwrap();
-    let c = w.control(&script);
-    host_git_status(&w);
-    assert!(exists(&marker), "control: {}", text(&c));
+    host_git_obeys_nothing_planted(&w, &script, &marker, &["evil", "n"], |_| {});
 }
 
 #[test]

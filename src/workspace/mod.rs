@@ -364,6 +364,22 @@ pub fn git_layout(root: &Path) -> GitLayout {
     git_layout_of(root, git, layout)
 }
 
+/// The directories in `root/rel`, as paths relative to `root`; never
+/// through a symlink below `.git`: what it points at is not ours.
+fn subdirs(root: &Path, rel: &Path) -> Vec<PathBuf> {
+    if !std::fs::symlink_metadata(root.join(rel)).is_ok_and(|m| m.is_dir()) {
+        return Vec::new();
+    }
+    std::fs::read_dir(root.join(rel))
+        .map(|rd| {
+            rd.flatten()
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                .map(|e| rel.join(e.file_name()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// The git directory a `.git` file names when it is outside the workspace
 /// (absolute, as git reads it), if it is a directory.
 fn outside_git_dir(root: &Path, dotgit: &Path) -> Option<PathBuf> {
@@ -377,20 +393,7 @@ fn outside_git_dir(root: &Path, dotgit: &Path) -> Option<PathBuf> {
 fn git_layout_of(root: &Path, git: PathBuf, mut layout: GitLayout) -> GitLayout {
     layout.dirs.push(git.clone());
     layout.pins.push(git.clone());
-    // Never through a symlink below `.git`: what it points at is not ours.
-    let subdirs = |rel: &Path| -> Vec<PathBuf> {
-        if !std::fs::symlink_metadata(root.join(rel)).is_ok_and(|m| m.is_dir()) {
-            return Vec::new();
-        }
-        std::fs::read_dir(root.join(rel))
-            .map(|rd| {
-                rd.flatten()
-                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                    .map(|e| rel.join(e.file_name()))
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
+    let subdirs = |rel: &Path| subdirs(root, rel);
     let worktrees = git.join("worktrees");
     let linked = subdirs(&worktrees);
     // Linked worktrees inside the workspace: git in one follows its `.git`
@@ -506,20 +509,7 @@ fn gitlinks_from(root: &Path, layout: &mut GitLayout, mut queue: Vec<(PathBuf, P
 /// Submodules' git directories: under `.git/modules`, and under each linked
 /// worktree's own `modules` (see [`git_layout`]).
 fn modules_of(root: &Path, git: &Path, worktrees: &Path, mut layout: GitLayout) -> GitLayout {
-    // Never through a symlink below `.git`: what it points at is not ours.
-    let subdirs = |rel: &Path| -> Vec<PathBuf> {
-        if !std::fs::symlink_metadata(root.join(rel)).is_ok_and(|m| m.is_dir()) {
-            return Vec::new();
-        }
-        std::fs::read_dir(root.join(rel))
-            .map(|rd| {
-                rd.flatten()
-                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                    .map(|e| rel.join(e.file_name()))
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
+    let subdirs = |rel: &Path| subdirs(root, rel);
     let mut stack = vec![(git.join("modules"), 0)];
     for wt in layout.dirs.iter().filter(|d| d.starts_with(worktrees)) {
         stack.push((wt.join("modules"), 0));
