@@ -233,9 +233,6 @@ fn append(log: &mut AuditLog, entry: AuditEntry) -> Result<u64, String> {
 
 /// `tether-exec run`.
 pub fn run(req: &Request, stdin_is_tty: bool) -> Finished {
-    if let Some(why) = policy_through_a_workspace_link(req) {
-        return Finished::new(exit::INTERNAL, Receipt::new(String::new()), why);
-    }
     let policy = match crate::load_policy(&req.policies) {
         Ok(p) => p,
         Err(e) => {
@@ -246,6 +243,9 @@ pub fn run(req: &Request, stdin_is_tty: bool) -> Finished {
             )
         }
     };
+    if let Some(why) = policy_through_a_workspace_link(req, &policy.files) {
+        return Finished::new(exit::INTERNAL, Receipt::new(String::new()), why);
+    }
     let ctx = Context::new(&req.workspace, &req.cwd);
     let d = match gate::decide(&policy, req.input(), &ctx) {
         Ok(d) => d,
@@ -403,18 +403,21 @@ fn refused_for_protected_paths(
 /// A policy file named through a symlink in the workspace: a run could point
 /// the link at a policy of its own for the next run (the file itself is
 /// read-only inside, a link cannot be made so).
-fn policy_through_a_workspace_link(req: &Request) -> Option<String> {
-    req.policies.iter().find_map(|f| {
+/// `loaded`: the files as `load_policy` resolved them, in the order named.
+fn policy_through_a_workspace_link(req: &Request, loaded: &[PathBuf]) -> Option<String> {
+    req.policies.iter().zip(loaded).find_map(|(f, real)| {
         let named = std::path::absolute(f).ok()?;
-        let real = std::fs::canonicalize(f).ok()?;
+        if *real == named {
+            return None;
+        }
         // Where the link that leads into the workspace is: named there, or
         // a link outside naming a path there that is not the file itself.
         let hop = std::fs::read_link(&named)
             .ok()
             .map(|t| named.parent().map_or(t.clone(), |d| d.join(&t)));
         let through_workspace = named.starts_with(&req.workspace)
-            || hop.is_some_and(|h| h.starts_with(&req.workspace) && std::path::absolute(&h).ok() != Some(real.clone()));
-        (real != named && through_workspace).then(|| {
+            || hop.is_some_and(|h| h.starts_with(&req.workspace) && std::path::absolute(&h).ok().as_ref() != Some(real));
+        through_workspace.then(|| {
             format!(
                 "tether-exec: the policy file `{}` is reached through a symlink inside the workspace, which a run could point at a policy of its own; pass `{}` instead, or keep the policy outside the workspace",
                 f.display(),

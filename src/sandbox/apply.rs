@@ -1424,17 +1424,23 @@ fn mount_tmpfs(dst: &Path, flags: libc::c_ulong, options: &str) -> std::io::Resu
 /// Set mount attributes recursively on the mount at `dst`.
 fn set_attrs(dst: &Path, set: u64) -> std::io::Result<()> {
     let p = path_c(dst);
+    mount_setattr(libc::AT_FDCWD, &p, AT_RECURSIVE, set)
+}
+
+/// mount_setattr(2): `set` on the mount at `path` from `dirfd`, with `flags`.
+fn mount_setattr(dirfd: RawFd, path: &std::ffi::CStr, flags: u32, set: u64) -> std::io::Result<()> {
     let attr = MountAttr {
         attr_set: set,
         ..MountAttr::default()
     };
-    // SAFETY: mount_setattr with a valid path, a valid mount_attr and its size.
+    // SAFETY: mount_setattr with a descriptor the caller owns (or AT_FDCWD),
+    // a NUL-terminated path, a valid mount_attr and its size.
     let r = unsafe {
         libc::syscall(
             libc::SYS_mount_setattr,
-            libc::AT_FDCWD,
-            p.as_ptr(),
-            AT_RECURSIVE,
+            dirfd,
+            path.as_ptr(),
+            flags,
             &attr as *const MountAttr,
             std::mem::size_of::<MountAttr>(),
         )
@@ -1792,25 +1798,7 @@ fn clone_tree(at: &OwnedFd, recursive: bool, set: u64) -> std::io::Result<OwnedF
     }
     // SAFETY: a fresh descriptor nobody else owns.
     let tree = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
-    let attr = MountAttr {
-        attr_set: set,
-        ..MountAttr::default()
-    };
-    // SAFETY: mount_setattr on the detached tree we own (empty path), with a
-    // valid mount_attr and its size.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            tree.as_raw_fd(),
-            empty.as_ptr(),
-            libc::AT_EMPTY_PATH as libc::c_uint | AT_RECURSIVE,
-            &attr as *const MountAttr,
-            std::mem::size_of::<MountAttr>(),
-        )
-    };
-    if r != 0 {
-        return Err(errno());
-    }
+    mount_setattr(tree.as_raw_fd(), &empty, libc::AT_EMPTY_PATH as u32 | AT_RECURSIVE, set)?;
     Ok(tree)
 }
 
