@@ -652,6 +652,7 @@ fn execute(
     rec.policy_digest = Some(receipt.policy_digest.clone());
     rec.approval_id = approval_id;
     let mut stderr = Vec::new();
+    let mut refused_to_make = Vec::new();
     let code = match outcome {
         Err(e) => {
             rec.kind = EntryKind::SetupFailure;
@@ -668,6 +669,7 @@ fn execute(
         Ok(o) => {
             receipt.isolation = Some(isolation.clone());
             rec.isolation = serde_json::to_value(&isolation).ok();
+            refused_to_make = o.refused.clone();
             receipt.duration_ms = o.duration.as_millis() as u64;
             rec.duration_ms = Some(receipt.duration_ms);
             match o.ended {
@@ -753,6 +755,7 @@ fn execute(
         rec.detail = Some(format!("protected paths: {}", violations.join("; ")));
     }
     let code = refused_for_protected_paths(code, &violations, "the run", &mut stderr, &mut receipt);
+    let code = refused_to_make_protected_paths(code, &refused_to_make, &mut rec, &mut stderr, &mut receipt);
     receipt.exit_code = Some(code);
     rec.exit_code = Some(code);
     match log.append(rec) {
@@ -773,6 +776,40 @@ fn execute(
         hold_init: hold_init.map(HoldInit),
         after: None,
     }
+}
+
+/// The names the create guard refused to make while the command ran (it
+/// saw EPERM, and may have gone on regardless): the run is refused (exit 77)
+/// as one that wrote protected paths is, and each is said and kept in the
+/// receipt and the audit record.
+fn refused_to_make_protected_paths(
+    code: i32,
+    refused: &[String],
+    rec: &mut AuditEntry,
+    stderr: &mut Vec<String>,
+    receipt: &mut Receipt,
+) -> i32 {
+    if refused.is_empty() {
+        return code;
+    }
+    let said: Vec<String> = refused
+        .iter()
+        .map(|line| {
+            let (path, why) = line.split_once('\t').unwrap_or((line.as_str(), "protected"));
+            format!("`{path}` ({why})")
+        })
+        .collect();
+    stderr.push(format!(
+        "Sandbox violation: the run tried to make protected paths, and was refused (the command saw \"Operation not permitted\"): {}",
+        said.join("; ")
+    ));
+    receipt.refused_to_make.extend(said.iter().cloned());
+    let detail = format!("refused to make: {}", said.join("; "));
+    rec.detail = Some(match rec.detail.take() {
+        Some(d) => format!("{d}; {detail}"),
+        None => detail,
+    });
+    exit::REFUSED
 }
 
 /// Read standard input for a held action (bounded); a terminal gives none.

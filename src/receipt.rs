@@ -21,6 +21,10 @@ pub struct Receipt {
     /// Workspace changes; `null` when the run was not captured (direct bind mode).
     pub changes: Option<Changes>,
     pub rolled_back: Vec<String>,
+    /// Protected names the run tried to make and the create guard refused
+    /// (`path: reason`), at most a few.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub refused_to_make: Vec<String>,
     pub isolation: Option<Isolation>,
     pub policy_digest: String,
     pub audit_seq: Option<u64>,
@@ -60,6 +64,9 @@ pub struct SeccompReport {
     pub refused: usize,
     pub conditional: Vec<&'static str>,
     pub x32_refused: bool,
+    /// Calls that make a name, handed to the create guard (a bind-mounted
+    /// writable workspace only; empty otherwise).
+    pub guarded: Vec<&'static str>,
 }
 
 impl Isolation {
@@ -91,6 +98,11 @@ impl Isolation {
                 refused: crate::sandbox::seccomp::REFUSED.len(),
                 conditional: crate::sandbox::seccomp::CONDITIONAL.to_vec(),
                 x32_refused: cfg!(target_arch = "x86_64"),
+                guarded: if plan.create_guard.is_some() {
+                    crate::sandbox::seccomp::GUARDED.to_vec()
+                } else {
+                    Vec::new()
+                },
             },
             network: if plan.host_network {
                 "host (policy network = true)"

@@ -580,24 +580,18 @@ fn protected_paths_that_do_not_exist_yet_never_survive_a_run() {
     let script = "mkdir -p .git/hooks .tether && printf evil | tee .git/hooks/pre-commit .tether/state >/dev/null; printf '[core]\\n' | tee .git/config >/dev/null; echo ran";
     let o = w.run(script);
     assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
     assert!(
-        String::from_utf8_lossy(&o.stderr).contains("Sandbox violation: the run wrote protected paths"),
+        err.contains("Sandbox violation: the run tried to make protected paths"),
         "{}",
         text(&o)
     );
     for p in [".git/hooks", ".git/config", ".tether"] {
         assert!(!exists(&w.ws.join(p)), "{p} survived the run: {}", text(&o));
+        assert!(err.contains(&format!("`{p}`")), "{p} is not named: {}", text(&o));
     }
-    // Nothing is lost: the creations were moved aside for the operator to see.
-    let aside: Vec<_> = std::fs::read_dir(&w.ws)
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
-    assert!(
-        aside.iter().any(|n| n.starts_with(".tether.tether-quarantine-")),
-        "{aside:?}"
-    );
+    // They were never made (the guard refused them), so nothing was moved aside.
+    assert!(names_containing(&w.ws, "quarantine").is_empty(), "{}", text(&o));
     // Control: without the sandbox the hook lands.
     let c = w.control(script);
     assert!(exists(&w.ws.join(".git/hooks/pre-commit")), "control: {}", text(&c));
@@ -1490,8 +1484,8 @@ fn a_new_env_file_does_not_stay() {
     // gate refuses those first).
     let w = World::new();
     let script = "python3 -c \"import os; os.makedirs('app', exist_ok=True); \
-                  [open(p, 'w').write('NODE_OPTIONS=--require /tmp/evil.js') for p in ('.env', 'app/.env.local')]; \
-                  open('.env.example', 'w').write('KEY=')\"; echo WROTE";
+                  open('.env.example', 'w').write('KEY='); \
+                  [open(p, 'w').write('NODE_OPTIONS=--require /tmp/evil.js') for p in ('.env', 'app/.env.local')]\"; echo WROTE";
     let o = w.run(script);
     assert!(stdout(&o).contains("WROTE"), "{}", text(&o));
     assert_eq!(o.status.code(), Some(77), "{}", text(&o));
@@ -1738,14 +1732,23 @@ fn a_launcher_killed_before_its_check_leaves_the_check_to_the_next_start() {
     // Killed after its capture landed but before the check of the protected
     // paths, a launcher leaves that check owed on disk: the next start does
     // it, so a `.env` the run planted does not become the person's.
+    // The run's own `.env` is refused while it runs (the create guard); this
+    // one is made beside it from outside the sandbox, as anything the guard
+    // does not see would be (the person, another tool), and the check after
+    // the run judges it by identity the same.
     let w = World::new();
     host_git(&w, &["init", "-q"]);
-    let script = "python3 -c \"open('.env', 'w').write('NODE_OPTIONS=--require /tmp/evil.js')\"; printf desc | tee .git/description";
-    let o = w
+    let script = "sleep 1; printf desc | tee .git/description";
+    let child = w
         .command(&["run", "-c", script])
         .env("TETHER_EXEC_TEST_CRASH_AT", "after-single-rename")
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    std::fs::write(w.ws.join(".env"), "NODE_OPTIONS=--require /tmp/evil.js").unwrap();
+    let o = child.wait_with_output().unwrap();
     assert_ne!(o.status.code(), Some(0), "the launcher was to be killed: {}", text(&o));
     assert!(exists(&w.ws.join(".env")), "control: the check had not run yet");
     let o = w.run("true");
@@ -1887,11 +1890,20 @@ fn a_fifo_left_where_the_launcher_reads_hangs_nothing() {
         let _ = child.wait();
         panic!("tether-exec {args:?} hangs");
     };
+    // A run can no longer make `.git/config` (the create guard refuses it),
+    // so that FIFO is planted from outside, as another tool could leave it.
+    host_git(&w, &["init", "-q"]);
+    host_git(&w, &["add", "a"]);
+    std::fs::remove_file(w.ws.join(".git/config")).unwrap();
+    nix::unistd::mkfifo(
+        &w.ws.join(".git/config"),
+        nix::sys::stat::Mode::from_bits_truncate(0o644),
+    )
+    .unwrap();
     let (code, err) = bounded(&[
         "run",
         "-c",
-        "git init -q . && git add a && rm .git/config && mkfifo .git/config && mkdir -p .venv && \
-         mkfifo .venv/pyvenv.cfg && python3 -c \"open('.env', 'w').write('X=1')\"",
+        "mkdir -p .venv && mkfifo .venv/pyvenv.cfg && python3 -c \"open('.env', 'w').write('X=1')\"",
     ]);
     assert_eq!(code, Some(77), "{err}");
     assert!(!exists(&w.ws.join(".env")), "{err}");
@@ -2215,5 +2227,459 @@ fn a_linked_worktrees_submodule_pointer_is_protected() {
         "gitdir: ../evil\n",
         "control: {}",
         text(&c)
+    );
+}
+
+/// Names the create guard refuses in a bind-mounted workspace, and what a
+/// script makes of each: one attempt per line, `OK name` or `NO name errno`.
+const PLANT_PROTECTED: &str = r#"
+import os, sys
+def attempt(name, make):
+    try:
+        make()
+        print("OK", name)
+    except OSError as e:
+        print("NO", name, e.errno)
+os.makedirs("app", exist_ok=True)
+attempt(".env", lambda: open(".env", "w").write("NODE_OPTIONS=--require /tmp/evil.js"))
+attempt("app/.env.local", lambda: os.close(os.open("app/.env.local", os.O_CREAT | os.O_WRONLY, 0o644)))
+attempt(".tether", lambda: os.mkdir(".tether"))
+attempt(".git (file)", lambda: open(".git", "w").write("gitdir: evil\n"))
+attempt(".git (symlink)", lambda: os.symlink("/tmp", ".git"))
+os.makedirs("stage/hooks", exist_ok=True)
+attempt(".git (moved dir)", lambda: os.rename("stage", ".git"))
+attempt(".git/config", lambda: (os.makedirs(".git", exist_ok=True), open(".git/config", "w").write("[core]\n\tfsmonitor = touch /tmp/pwned\n")))
+attempt(".git/hooks", lambda: os.mkdir(".git/hooks"))
+open("decoy", "w").write("x")
+attempt(".env.production (link)", lambda: os.link("decoy", ".env.production"))
+attempt(".env.test (rename)", lambda: os.rename("decoy", ".env.test"))
+os.symlink(".env.dangling", "pointer")
+attempt(".env.dangling (through a symlink)", lambda: open("pointer", "w").write("X=1"))
+attempt(".env (through /proc/self/cwd)", lambda: open("/proc/self/cwd/.env", "w").write("X=1"))
+attempt(".env (through /dev/fd)", lambda: open("/dev/fd/%d/.env" % os.open(".", os.O_RDONLY), "w").write("X=1"))
+open("made-attempts", "w").write("done")
+sys.stdout.flush()
+import time
+for _ in range(200):
+    if os.path.exists("release"):
+        break
+    time.sleep(0.05)
+"#;
+
+/// What `PLANT_PROTECTED` tries to make (`.git` itself may be made: as a
+/// plain new directory, without the control files git would obey).
+const PLANTED: &[&str] = &[
+    ".env",
+    "app/.env.local",
+    ".tether",
+    ".git/config",
+    ".git/hooks",
+    ".env.production",
+    ".env.test",
+    ".env.dangling",
+];
+
+#[test]
+fn protected_names_never_exist_on_the_host_while_the_run_lasts() {
+    // In a bind-mounted workspace the host sees every write at once: a
+    // `.git/config` there, even for a second, is obeyed by any `git status`
+    // (an editor runs one every few seconds). Checked from the host while
+    // the run still goes on, then after.
+    let w = World::new();
+    w.write("plant.py", PLANT_PROTECTED);
+    let child = w
+        .command(&["run", "--", "python3", "plant.py"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let made = w.ws.join("made-attempts");
+    assert!(
+        eventually(|| exists(&made)),
+        "the script never got through its attempts"
+    );
+    let git_not_a_dir = std::fs::symlink_metadata(w.ws.join(".git")).is_ok_and(|m| !m.is_dir());
+    let mut during: Vec<&str> = PLANTED.iter().copied().filter(|p| exists(&w.ws.join(p))).collect();
+    if git_not_a_dir {
+        during.push(".git (not a directory)");
+    }
+    std::fs::write(w.ws.join("release"), "").unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(
+        during.is_empty(),
+        "present on the host during the run: {during:?}\n{}",
+        text(&o)
+    );
+    let out = stdout(&o);
+    for line in out.lines() {
+        assert!(line.starts_with("NO "), "made inside: {line}\n{}", text(&o));
+        // EPERM, not ENOENT or EACCES: the refusal, not a lookup that failed.
+        assert!(line.ends_with(" 1"), "{line}\n{}", text(&o));
+    }
+    assert_eq!(out.lines().count(), 13, "{}", text(&o));
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    assert!(text(&o).contains("tried to make protected paths"), "{}", text(&o));
+    for p in PLANTED {
+        assert!(!exists(&w.ws.join(p)), "{p} is there after the run: {}", text(&o));
+    }
+    assert!(
+        names_containing(&w.ws, "quarantine").is_empty(),
+        "nothing was made to move aside"
+    );
+    // Control: without the sandbox every one of them is made.
+    for p in [
+        "made-attempts",
+        "release",
+        "pointer",
+        "decoy",
+        ".env.production",
+        ".env.test",
+    ] {
+        let _ = std::fs::remove_file(w.ws.join(p));
+    }
+    for d in ["stage", ".git"] {
+        let _ = std::fs::remove_dir_all(w.ws.join(d));
+    }
+    std::fs::write(w.ws.join("release"), "").unwrap();
+    let c = w.control("python3 plant.py");
+    // The `.git` file made first stands in the way of the other `.git` tries.
+    let made_outside = stdout(&c).lines().filter(|l| l.starts_with("OK ")).count();
+    assert!(made_outside >= 9, "control: {}", text(&c));
+    assert!(
+        exists(&w.ws.join(".env")) && exists(&w.ws.join(".tether")),
+        "control: {}",
+        text(&c)
+    );
+}
+
+#[test]
+fn a_path_rewritten_while_the_guard_judges_it_never_makes_a_protected_name() {
+    // The guard reads the path out of the command's memory; another thread
+    // of the command rewrites it meanwhile, from `ok-N` to `.env` and back.
+    // If the kernel ever read the path again after the guard judged it, a
+    // `.env` would be made.
+    let w = World::new();
+    w.write(
+        "race.py",
+        r#"
+import ctypes, os, threading, time
+libc = ctypes.CDLL(None, use_errno=True)
+buf = ctypes.create_string_buffer(b"ok-0\0\0\0\0", 16)
+stop = False
+def flip():
+    while not stop:
+        ctypes.memmove(buf, b".env\0", 5)
+        ctypes.memmove(buf, b"ok-0\0", 5)
+threading.Thread(target=flip, daemon=True).start()
+made = 0
+end = time.time() + 2.0
+while time.time() < end:
+    fd = libc.open(buf, os.O_CREAT | os.O_WRONLY, 0o644)
+    if fd >= 0:
+        made += 1
+        os.close(fd)
+stop = True
+print("opened", made)
+print("env exists", os.path.exists(".env"))
+"#,
+    );
+    let o = w.run("python3 race.py");
+    assert!(stdout(&o).contains("opened"), "{}", text(&o));
+    assert!(!exists(&w.ws.join(".env")), "a .env was made: {}", text(&o));
+    assert!(names_containing(&w.ws, "quarantine").is_empty(), "{}", text(&o));
+    assert!(exists(&w.ws.join("ok-0")), "the ordinary name was made: {}", text(&o));
+    // Control: without the sandbox the race makes `.env` (in two seconds
+    // of tries, every time here).
+    let c = w.control("python3 race.py");
+    assert!(exists(&w.ws.join(".env")), "control: {}", text(&c));
+}
+
+#[test]
+fn the_guard_never_opens_inits_proc_entries_for_the_command() {
+    // The guard is a thread of init, which holds capabilities in the
+    // sandbox's namespace: `/proc/1/mem` opened by the guard would be
+    // init's memory, writable. Named directly, through a directory
+    // descriptor, or through a symlink.
+    let w = World::new();
+    w.write(
+        "init.py",
+        r#"
+import os
+def attempt(name, f):
+    try:
+        fd = f()
+        print("OPENED", name)
+        os.close(fd)
+    except OSError as e:
+        print("NO", name, e.errno)
+# Read-only: Landlock refuses writes under /proc to anyone of the sandbox,
+# the guard included; reading init's memory or reopening its descriptors
+# is what the guard itself would be allowed (a thread of init).
+R = os.O_RDONLY | os.O_CREAT
+attempt("/proc/1/mem", lambda: os.open("/proc/1/mem", R))
+attempt("dirfd mem", lambda: os.open("mem", R, dir_fd=os.open("/proc/1", os.O_RDONLY)))
+attempt("dirfd fd/0", lambda: os.open("fd/0", R, dir_fd=os.open("/proc/1", os.O_RDONLY)))
+os.symlink("/proc/1/environ", "link")
+attempt("symlink", lambda: os.open("link", R))
+attempt("/proc/1/task/1/mem", lambda: os.open("/proc/1/task/1/mem", R))
+# Control inside: the command's own entries go through the same guard.
+attempt("/proc/self/mem", lambda: os.open("/proc/self/mem", R))
+"#,
+    );
+    let o = w.run("python3 init.py");
+    let out = stdout(&o);
+    for name in [
+        "/proc/1/mem",
+        "dirfd mem",
+        "dirfd fd/0",
+        "symlink",
+        "/proc/1/task/1/mem",
+    ] {
+        assert!(out.contains(&format!("NO {name} ")), "{name}: {}", text(&o));
+    }
+    assert!(out.contains("OPENED /proc/self/mem"), "control: {}", text(&o));
+}
+
+#[test]
+fn what_the_guard_makes_is_what_the_kernel_would_make() {
+    // Everything a command makes in the workspace goes through the guard:
+    // modes after the umask, symlinks followed to a new file, hard links
+    // (one through /proc/self), renames, relative paths from a deep working
+    // directory, descriptors' close-on-exec flag, /dev/stdout on a pipe.
+    let w = World::new();
+    let script = r#"
+import os, stat, subprocess
+os.umask(0o027)
+os.makedirs("a/b/c", 0o777)
+os.chdir("a/b/c")
+open("deep.txt", "w").write("deep")
+os.chdir(os.environ["PWD"])
+os.symlink("target.txt", "link")
+open("link", "w").write("through the link")
+os.link("/proc/self/cwd/target.txt", "a/linked-through-proc", follow_symlinks=True)
+os.link("target.txt", "hard")
+os.rename("hard", "a/hard-moved")
+fd = os.open("cloexec.txt", os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o666)
+print("cloexec", bool(os.get_inheritable(fd)) is False)
+import ctypes, fcntl
+libc = ctypes.CDLL(None, use_errno=True)
+fd = libc.open(b"inherit.txt", os.O_CREAT | os.O_WRONLY, 0o666)
+print("inheritable", fcntl.fcntl(fd, fcntl.F_GETFD) & fcntl.FD_CLOEXEC == 0)
+try:
+    os.open("target.txt", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+except FileExistsError:
+    print("excl EEXIST")
+try:
+    os.mkdir("a")
+except FileExistsError:
+    print("mkdir EEXIST")
+try:
+    os.open("nodir/x", os.O_CREAT | os.O_WRONLY)
+except FileNotFoundError:
+    print("missing parent ENOENT")
+subprocess.run(["bash", "-c", "echo piped > /dev/stdout"], check=True)
+"#;
+    w.write("make.py", script);
+    let o = w.run("python3 make.py | cat");
+    assert!(o.status.success(), "{}", text(&o));
+    let out = stdout(&o);
+    for want in [
+        "cloexec True",
+        "inheritable True",
+        "excl EEXIST",
+        "mkdir EEXIST",
+        "missing parent ENOENT",
+        "piped",
+    ] {
+        assert!(out.contains(want), "{want}: {}", text(&o));
+    }
+    let mode = |p: &str| {
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(w.ws.join(p)).unwrap().permissions()) & 0o7777
+    };
+    assert_eq!(mode("a"), 0o750, "umask 027 on mkdir 0777");
+    assert_eq!(mode("a/b/c/deep.txt"), 0o640);
+    assert_eq!(mode("cloexec.txt"), 0o640);
+    assert_eq!(std::fs::read_to_string(w.ws.join("a/b/c/deep.txt")).unwrap(), "deep");
+    assert_eq!(
+        std::fs::read_to_string(w.ws.join("target.txt")).unwrap(),
+        "through the link"
+    );
+    assert_eq!(
+        std::fs::read_to_string(w.ws.join("a/linked-through-proc")).unwrap(),
+        "through the link"
+    );
+    assert_eq!(
+        std::fs::read_to_string(w.ws.join("a/hard-moved")).unwrap(),
+        "through the link"
+    );
+    // Control: the same script outside gives the same answers.
+    let c = w.control("rm -rf a link target.txt cloexec.txt inherit.txt && python3 make.py | cat");
+    assert!(c.status.success(), "control: {}", text(&c));
+    for want in [
+        "cloexec True",
+        "inheritable True",
+        "excl EEXIST",
+        "mkdir EEXIST",
+        "missing parent ENOENT",
+        "piped",
+    ] {
+        assert!(stdout(&c).contains(want), "control {want}: {}", text(&c));
+    }
+}
+
+#[test]
+fn inits_files_cannot_be_reopened_through_the_commands_own_descriptors() {
+    // An O_PATH descriptor of /proc/1/environ needs no permission; reopened
+    // through /proc/self/fd with O_CREAT (which goes to the guard, a thread
+    // of init), it would read init's environment: the launcher's, secrets
+    // the command's own environment never had.
+    let w = World::new();
+    w.write(
+        "reopen.py",
+        r#"
+import os
+for target in ("/proc/1/environ", "/proc/1/maps"):
+    p = os.open(target, os.O_PATH)
+    try:
+        fd = os.open("/proc/self/fd/%d" % p, os.O_RDONLY | os.O_CREAT)
+        print("READ", target, os.read(fd, 1 << 16))
+    except OSError as e:
+        print("NO", target, e.errno)
+    try:
+        os.link("/proc/self/fd/%d" % p, "linked", follow_symlinks=True)
+        print("LINKED", target)
+    except OSError as e:
+        print("NO link", target, e.errno)
+"#,
+    );
+    let o = w
+        .command(&["run", "--", "python3", "reopen.py"])
+        .env("TETHER_TEST_SECRET", "s3cret-of-the-host")
+        .output()
+        .unwrap();
+    let out = stdout(&o);
+    assert!(
+        !out.contains("s3cret-of-the-host"),
+        "init's environment leaked: {}",
+        text(&o)
+    );
+    assert!(
+        out.contains("NO /proc/1/environ 13") && out.contains("NO /proc/1/maps 13"),
+        "{}",
+        text(&o)
+    );
+    assert!(!out.contains("LINKED"), "{}", text(&o));
+    // Control: outside, the same reopen reads the environment of pid 1's
+    // stand-in, this very process (the variable is in it).
+    let c = Command::new("python3")
+        .args(["-c", "import os; p=os.open('/proc/self/environ', os.O_PATH); print(os.read(os.open('/proc/self/fd/%d' % p, os.O_RDONLY), 1<<16))"])
+        .env("TETHER_TEST_SECRET", "s3cret-of-the-host")
+        .output()
+        .unwrap();
+    assert!(stdout(&c).contains("s3cret-of-the-host"), "control: {}", text(&c));
+}
+
+#[test]
+fn a_fifo_that_waits_for_its_reader_stalls_nothing_else() {
+    // The guard makes every name of the sandbox; an open of a FIFO that
+    // waits for the other end must not make every other file wait with it.
+    let w = World::new();
+    w.write(
+        "fifo.sh",
+        "mkfifo p\n(echo hello > p) &\nsleep 0.3\ntimeout 10 touch made && echo TOUCHED\ncat p\nwait\n",
+    );
+    let started = Instant::now();
+    let o = w.run("bash fifo.sh");
+    let out = stdout(&o);
+    assert!(out.contains("TOUCHED") && out.contains("hello"), "{}", text(&o));
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(exists(&w.ws.join("made")));
+    assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+}
+
+#[test]
+fn unix_sockets_cannot_be_bound_to_protected_names() {
+    // bind() makes a name too: a socket named `.env`, or `.git`, would be
+    // one on the host. The guard binds the command's socket itself, through
+    // the directory it resolved, after judging the name.
+    let w = World::new();
+    w.write(
+        "sock.py",
+        r#"
+import os, socket
+for path in (".env", ".git", "plain.sock", "/tmp/ok.sock"):
+    s = socket.socket(socket.AF_UNIX)
+    try:
+        s.bind(path)
+        print("BOUND", path)
+    except OSError as e:
+        print("NO", path, e.errno)
+# A socket bound through the guard works: a client reaches it.
+srv = socket.socket(socket.AF_UNIX)
+srv.bind("served.sock")
+srv.listen(1)
+cli = socket.socket(socket.AF_UNIX)
+cli.connect("served.sock")
+conn, _ = srv.accept()
+cli.sendall(b"ping")
+print("SERVED", conn.recv(4))
+t = socket.socket()
+t.bind(("127.0.0.1", 0))
+print("TCP", t.getsockname()[1] > 0)
+"#,
+    );
+    let o = w.run("python3 sock.py");
+    let out = stdout(&o);
+    for p in [".env", ".git"] {
+        assert!(out.contains(&format!("NO {p} 1")), "{p}: {}", text(&o));
+        assert!(
+            std::fs::symlink_metadata(w.ws.join(p)).is_err(),
+            "{p} exists: {}",
+            text(&o)
+        );
+    }
+    for p in ["plain.sock", "/tmp/ok.sock"] {
+        assert!(out.contains(&format!("BOUND {p}")), "{p}: {}", text(&o));
+    }
+    use std::os::unix::fs::FileTypeExt;
+    assert!(std::fs::symlink_metadata(w.ws.join("plain.sock"))
+        .unwrap()
+        .file_type()
+        .is_socket());
+    assert!(
+        out.contains("SERVED b'ping'") && out.contains("TCP True"),
+        "{}",
+        text(&o)
+    );
+    let c =
+        w.control("rm -f plain.sock served.sock; python3 sock.py; rm -f .env .git plain.sock served.sock /tmp/ok.sock");
+    assert!(stdout(&c).contains("BOUND .env"), "control: {}", text(&c));
+}
+
+#[test]
+fn the_workspace_itself_cannot_be_made_a_git_directory() {
+    // git takes any directory holding `HEAD`, `objects` and `refs` for a git
+    // directory: made at the top of a workspace with no `.git`, the host's
+    // `git status` there obeys the run's `config` (its fsmonitor runs).
+    let w = World::new();
+    let marker = w.outside.join("fsmonitor-ran");
+    let plant = format!(
+        "import os\nos.makedirs('objects', exist_ok=True)\nos.makedirs('refs/heads', exist_ok=True)\n\
+         open('config', 'w').write('[core]\\n\\trepositoryformatversion = 0\\n\\tbare = false\\n\\tworktree = .\\n\\tfsmonitor = \"touch {}; false\"\\n')\n\
+         try:\n    open('HEAD', 'w').write('ref: refs/heads/main\\n'); print('HEAD made')\nexcept OSError as e:\n    print('NO HEAD', e.errno)\n",
+        marker.display()
+    );
+    w.write("plant.py", &plant);
+    let o = w.run("python3 plant.py");
+    assert!(stdout(&o).contains("NO HEAD 1"), "{}", text(&o));
+    assert!(!exists(&w.ws.join("HEAD")), "{}", text(&o));
+    host_git_status(&w);
+    assert!(!exists(&marker), "the host's git obeyed the workspace: {}", text(&o));
+    // Control: with the `HEAD` made outside the sandbox, the host's git obeys it.
+    std::fs::write(w.ws.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+    host_git_status(&w);
+    assert!(
+        exists(&marker),
+        "control: the host's git did not take the workspace for a repository"
     );
 }

@@ -393,11 +393,16 @@ fn overlay_true_keeps_protected_paths_that_do_not_exist_yet_from_ever_appearing(
         !exists(&w.ws.join(".tether")) && !exists(&w.ws.join("notes.txt")),
         "nothing lands"
     );
-    // Control: in bind mode the file exists while the run goes on (it is
-    // only moved aside afterwards).
+    // Bind mode keeps it from appearing too: the create guard refuses to
+    // make it (the command sees EPERM), and the rest of the run stays.
     let (seen, o) = during("profile = \"workspace-write\"\n");
-    assert!(seen, "control: {}", text(&o));
+    assert!(!seen, "the planted file appeared in bind mode: {}", text(&o));
     assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    assert!(!exists(&w.ws.join(".tether")), "{}", text(&o));
+    assert!(exists(&w.ws.join("notes.txt")), "{}", text(&o));
+    // Control: without the sandbox the file is made.
+    let c = w.control(script);
+    assert!(exists(&w.ws.join(".tether/planted")), "control: {}", text(&c));
 }
 
 #[test]

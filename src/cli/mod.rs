@@ -581,7 +581,7 @@ fn doctor(json: bool, state_dir: Option<PathBuf>) -> i32 {
         },
         "boot a kernel with CONFIG_SECCOMP_FILTER=y",
     );
-    let filters = crate::sandbox::seccomp::filters();
+    let filters = crate::sandbox::seccomp::filters(true);
     check(
         "seccomp rules",
         filters.is_ok(),

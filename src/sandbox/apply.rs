@@ -41,6 +41,8 @@
 //! point), so the copy can allocate and use the Rust runtime like after a plain
 //! `fork()` in a single-threaded program.
 
+mod guard;
+
 use super::plan::{Access, Mount, Plan, RlimitKind};
 use std::ffi::{CString, OsStr};
 use std::io::{Read, Write};
@@ -88,6 +90,9 @@ pub struct Outcome {
     /// whole upper filesystem, which stalls anyone reading the capture
     /// meanwhile; so the capture is checked and landed first.
     pub hold_init: Option<OwnedFd>,
+    /// What the create guard refused to make, as `path\treason` lines (at
+    /// most a few; see `guard`), for the launcher to tell.
+    pub refused: Vec<String>,
 }
 
 /// Whether an overlay can be mounted, the way a run mounts one (in a new user
@@ -332,7 +337,32 @@ pub fn run(
     let prepared = Prepared {
         argv: plan.argv.iter().map(cstr).collect(),
         envp: plan.env.iter().map(|(k, v)| cstr(format!("{k}={v}"))).collect(),
-        seccomp: super::seccomp::filters().map_err(|e| setup("seccomp filter", e))?,
+        seccomp: super::seccomp::filters(plan.create_guard.is_some()).map_err(|e| setup("seccomp filter", e))?,
+    };
+    // The create guard's channel (the command sends it its seccomp listener)
+    // and its report of refusals, read once the command has ended.
+    let guard_fds = match plan.create_guard {
+        Some(_) => {
+            let (init_end, command_end) = socketpair()?;
+            let (report_r, report_w) = pipe()?;
+            for fd in [&report_r, &report_w] {
+                // SAFETY: fcntl on a descriptor we own, setting O_NONBLOCK.
+                unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) };
+            }
+            Some((
+                GuardFds {
+                    init_end,
+                    command_end,
+                    report: report_w,
+                },
+                report_r,
+            ))
+        }
+        None => None,
+    };
+    let (guard_fds, guard_report) = match guard_fds {
+        Some((f, r)) => (Some(f), Some(r)),
+        None => (None, None),
     };
     let stdin_fd = match stdin {
         Some(data) => Some(memfd_with(data)?),
@@ -409,10 +439,13 @@ pub fn run(
                 stdin: stdin_fd,
                 output,
                 go: go_r,
+                guard: guard_fds,
             },
             self_attach,
         );
     }
+    // The sandbox's ends: init and the command hold their own copies.
+    drop(guard_fds);
     let pid = pid as libc::pid_t;
     // SAFETY: CLONE_PIDFD made the kernel store a new descriptor in `pidfd`.
     let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
@@ -463,6 +496,12 @@ pub fn run(
         c.linger = !reaped;
         drop(c);
     }
+    let mut refused = Vec::new();
+    if let Some(r) = guard_report {
+        let mut text = Vec::new();
+        let _ = std::fs::File::from(r).read_to_end(&mut text);
+        refused = String::from_utf8_lossy(&text).lines().map(str::to_string).collect();
+    }
     let mut msg = String::new();
     let _ = std::fs::File::from(err_r).read_to_string(&mut msg);
     if !msg.is_empty() {
@@ -474,6 +513,7 @@ pub fn run(
                 duration,
                 exec_error: Some(reason.to_string()),
                 hold_init,
+                refused,
             });
         }
         return Err(setup(step, reason));
@@ -492,6 +532,7 @@ pub fn run(
         duration,
         exec_error: None,
         hold_init,
+        refused,
     })
 }
 
@@ -902,6 +943,17 @@ struct ChildIo {
     output: Option<(OwnedFd, OwnedFd)>,
     /// One byte from the launcher here means the command may start.
     go: OwnedFd,
+    /// The create guard's descriptors, when the plan has one.
+    guard: Option<GuardFds>,
+}
+
+/// The create guard's descriptors (see `guard`): a socket pair between init
+/// (the guard's end) and the command (which sends its seccomp listener), and
+/// the pipe the guard reports refusals on.
+struct GuardFds {
+    init_end: OwnedFd,
+    command_end: OwnedFd,
+    report: OwnedFd,
 }
 
 fn init(
@@ -933,6 +985,9 @@ fn init(
         keep.extend([o.as_raw_fd(), e.as_raw_fd()]);
     }
     keep.extend(cgroup_v1.as_ref().map(|(b, _)| b.as_raw_fd()));
+    if let Some(g) = &io.guard {
+        keep.extend([g.init_end.as_raw_fd(), g.command_end.as_raw_fd(), g.report.as_raw_fd()]);
+    }
     close_all_but(keep);
     // As pid 1 without handlers, init would drop the signals the launcher
     // forwards during set-up: hold them until `reap` can pass them on.
@@ -1044,7 +1099,14 @@ fn init(
         unsafe { libc::close(base.as_raw_fd()) };
     }
     drop(f);
-    // The command confines itself (Landlock, seccomp) while init finishes the
+    // Landlock for init itself, which the command inherits when it forks:
+    // the create guard (a thread of init, started after) then shares the
+    // command's domain, without which Landlock would not let it read the
+    // command's memory. init makes nothing after this.
+    if let Err(e) = landlock(plan) {
+        fail(&err, "landlock", e, 125);
+    }
+    // The command confines itself further (seccomp) while init finishes the
     // namespaces' set-up; it starts only once init says they are ready.
     let (ready_r, ready_w) = match pipe() {
         Ok(p) => p,
@@ -1056,13 +1118,25 @@ fn init(
     if child < 0 {
         fail(&err, "fork the command", errno(), 125);
     }
+    let mut io = io;
+    let guard_fds = io.guard.take();
     if child == 0 {
         drop(ready_w);
         drop(status);
-        command(plan, prep, &err, io, ready_r);
+        let channel = guard_fds.map(|g| g.command_end);
+        command(plan, prep, &err, io, ready_r, channel);
     }
     drop(ready_r);
     drop(io);
+    if let (Some(g), Some(rules)) = (guard_fds, &plan.create_guard) {
+        drop(g.command_end);
+        if let Err(e) = guard::spawn(rules.clone(), g.init_end, g.report) {
+            // The command is waiting for the go; without a guard its calls
+            // that make a name would fail (ENOSYS): refuse to run instead.
+            kill(child);
+            fail(&err, "start the create guard", e, 125);
+        }
+    }
     let_go_of_stdio();
     // Nothing inside may ptrace or read the memory of init.
     // SAFETY: prctl with integer arguments only.
@@ -2068,7 +2142,7 @@ fn loopback_up() -> std::io::Result<()> {
 }
 
 /// The command process: final confinement, then execve. Never returns.
-fn command(plan: &Plan, prep: &Prepared, err: &OwnedFd, io: ChildIo, ready: OwnedFd) -> ! {
+fn command(plan: &Plan, prep: &Prepared, err: &OwnedFd, io: ChildIo, ready: OwnedFd, guard: Option<OwnedFd>) -> ! {
     // Back to default signal handling and an empty mask: init blocks the
     // signals it forwards, and the Rust runtime ignores SIGPIPE, which an
     // exec would keep (`yes | head -1` must end `yes` by SIGPIPE, as outside).
@@ -2125,14 +2199,22 @@ fn command(plan: &Plan, prep: &Prepared, err: &OwnedFd, io: ChildIo, ready: Owne
     if unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, CLOSE_RANGE_CLOEXEC) } != 0 {
         fail(err, "close inherited descriptors", errno(), 125);
     }
-    if let Err(e) = landlock(plan) {
-        fail(err, "landlock", e, 125);
-    }
+    // Landlock: init's domain, inherited (see `init`).
     for f in &prep.seccomp {
-        if let Err(e) = seccompiler::apply_filter(f) {
-            fail(err, "seccomp", e, 125);
+        match load_filter(f, guard.is_some()) {
+            Ok(Some(listener)) => {
+                let sent = guard
+                    .as_ref()
+                    .map(|g| guard::send_fd(g.as_raw_fd(), listener.as_raw_fd()));
+                if let Some(Err(e)) = sent {
+                    fail(err, "hand the seccomp listener to the create guard", e, 125);
+                }
+            }
+            Ok(None) => {}
+            Err(e) => fail(err, "seccomp", e, 125),
         }
     }
+    drop(guard);
     // Fully confined; start only once init has finished the namespaces and
     // on the launcher's go. EOF on either (a failed step, the launcher's work
     // before exec failed, or it died) means never.
@@ -2144,6 +2226,35 @@ fn command(plan: &Plan, prep: &Prepared, err: &OwnedFd, io: ChildIo, ready: Owne
         }
     }
     exec(plan, prep, err)
+}
+
+/// Loads a seccomp program on this process (no_new_privs is set already).
+/// With `listener`, its user notifications go to the descriptor returned.
+fn load_filter(prog: &seccompiler::BpfProgram, listener: bool) -> std::io::Result<Option<OwnedFd>> {
+    let fprog = libc::sock_fprog {
+        len: prog.len() as libc::c_ushort,
+        filter: prog.as_ptr() as *mut libc::sock_filter,
+    };
+    let flags = if listener {
+        libc::SECCOMP_FILTER_FLAG_NEW_LISTENER
+    } else {
+        0
+    };
+    // SAFETY: seccomp(SET_MODE_FILTER) with a sock_fprog pointing at the
+    // program, which outlives the call (the kernel copies it).
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            flags,
+            &fprog as *const libc::sock_fprog,
+        )
+    };
+    if r < 0 {
+        return Err(errno());
+    }
+    // SAFETY: with NEW_LISTENER the kernel returned a new descriptor we own.
+    Ok(listener.then(|| unsafe { OwnedFd::from_raw_fd(r as RawFd) }))
 }
 
 /// Empties the capability bounding set of init, which every process of the

@@ -82,6 +82,91 @@ pub enum RlimitKind {
     Core,
 }
 
+/// What an entry about to be made in the workspace is, for [`CreateGuard`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Making {
+    /// A new directory (`mkdir`).
+    Directory,
+    /// A new file, device, FIFO, symlink or hard link.
+    Other,
+    /// An existing directory renamed to this name: it brings its contents.
+    MovedDirectory,
+}
+
+/// The names a run may not make in a bind-mounted writable workspace, judged
+/// while it runs (see `sandbox::apply`'s guard), before they exist.
+///
+/// Protected paths that exist are mounts (read-only, masked, overlays); these
+/// rules are for the ones that do not exist yet, which no mount can cover in
+/// a workspace shared with the host: made, they would exist on the host for
+/// as long as the run lasts, for an editor's or the harness's own `git
+/// status` to obey. The check after the run still moves aside anything that
+/// got past (another sandbox in the same workspace, say).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CreateGuard {
+    /// The workspace as the sandbox sees it (at its own path).
+    pub workspace: PathBuf,
+    /// A `HEAD` was at the top of the workspace when the run was planned:
+    /// then `objects`, `refs` and `config` beside it would complete a git
+    /// directory there too.
+    pub head_at_top: bool,
+}
+
+impl CreateGuard {
+    /// Why `name`, about to be made in a directory, is refused; `None` if it
+    /// may be made. `parent` gives that directory's path in the sandbox (or
+    /// `None` when it cannot be told, which refuses), and is asked only for
+    /// the few names a rule is about. Pure: the caller resolves the
+    /// directory itself, in the process that will make the entry.
+    pub fn refuses(
+        &self,
+        name: &std::ffi::OsStr,
+        making: Making,
+        parent: impl FnOnce() -> Option<PathBuf>,
+    ) -> Option<&'static str> {
+        use std::os::unix::ffi::OsStrExt;
+        let n = name.as_bytes();
+        let env = crate::policy::is_env_secret(&name.to_string_lossy());
+        let control = crate::policy::GIT_CONTROL.iter().any(|c| n == c.as_bytes());
+        let git_dir_part = matches!(n, b"HEAD" | b"objects" | b"refs" | b"config" | b"commondir");
+        if !(env || control || git_dir_part || n == b".tether" || n == b".git") {
+            return None;
+        }
+        let Some(parent) = parent() else {
+            return Some("where it would be made could not be told, and the name is one the workspace protects");
+        };
+        if !parent.starts_with(&self.workspace) {
+            return None;
+        }
+        if env {
+            return Some("`.env*` files hold secrets and are protected (templates such as `.env.example` are not)");
+        }
+        if n == b".tether" && parent == self.workspace {
+            return Some("`.tether` is protected");
+        }
+        // The workspace's own repository, which the host's git at the top
+        // obeys. Nested repositories a run makes are its own business, as
+        // outside (the index's gitlinks are read-only mounts already).
+        if n == b".git" && making != Making::Directory && parent == self.workspace {
+            return Some(
+                "a `.git` that is a file or a symlink, or a directory moved into place, makes git obey a configuration nobody checked",
+            );
+        }
+        if control && parent == self.workspace.join(".git") {
+            return Some("`.git/config`, `.git/config.worktree`, `.git/hooks` and `.git/commondir` are protected");
+        }
+        // git takes any directory with `HEAD`, `objects` and `refs` for a git
+        // directory: at the top, the host's git would obey the workspace
+        // itself (its `config`'s fsmonitor, say) where there is no `.git`.
+        if parent == self.workspace && (n == b"HEAD" || (self.head_at_top && git_dir_part)) {
+            return Some(
+                "`HEAD` at the top of the workspace (with `objects`, `refs` and `config` beside it) makes the workspace a git directory the host's git obeys",
+            );
+        }
+        None
+    }
+}
+
 /// The whole plan.
 #[derive(Debug, Clone, Serialize)]
 pub struct Plan {
@@ -115,6 +200,9 @@ pub struct Plan {
     /// meanwhile).
     #[serde(skip)]
     pub workspace_identities: Vec<(PathBuf, (u64, u64))>,
+    /// Set for a writable workspace bound from the host (no overlay of the
+    /// whole workspace): the names no run may make there (see [`CreateGuard`]).
+    pub create_guard: Option<CreateGuard>,
 }
 
 impl Mount {
@@ -191,6 +279,8 @@ pub struct HostFacts {
     /// The workspace's git index could not be read with confidence: the
     /// repositories it names (which git obeys) are unknown.
     pub git_index_unreadable: bool,
+    /// The workspace has a `HEAD` at its top (see [`CreateGuard`]).
+    pub head_at_top: bool,
     /// Policy files that sit inside the workspace.
     pub policy_files_in_workspace: Vec<PathBuf>,
     /// Readable-by-owner-only secrets of the system (/etc/shadow...), masked when running as root.
@@ -625,8 +715,13 @@ pub fn build(
     let inner_gid = if outer_gid == 0 { 1000 } else { outer_gid };
 
     let workspace_identities = workspace_identities(&mounts, workspace);
+    let create_guard = (writable && facts.overlay.is_none()).then(|| CreateGuard {
+        workspace: workspace.to_path_buf(),
+        head_at_top: facts.head_at_top,
+    });
     Ok(Plan {
         workspace_identities,
+        create_guard,
         argv,
         env,
         path,
@@ -847,5 +942,84 @@ mod tests {
         // Root acting as the workspace's owner, and an ordinary caller.
         assert!(!plan_with(0, 1000, true));
         assert!(!plan_with(1000, 1000, false));
+    }
+
+    #[test]
+    fn the_create_guard_refuses_what_it_protects_and_nothing_else() {
+        use std::ffi::OsStr;
+        let g = CreateGuard {
+            workspace: "/w".into(),
+            head_at_top: false,
+        };
+        let with_head = CreateGuard {
+            head_at_top: true,
+            ..g.clone()
+        };
+        let (dir, other, moved) = (Making::Directory, Making::Other, Making::MovedDirectory);
+        // (guard, parent, name, making, refused)
+        let table: &[(&CreateGuard, &str, &str, Making, bool)] = &[
+            (&g, "/w", ".env", other, true),
+            (&g, "/w/app/deep", ".env.local", other, true),
+            (&g, "/w", ".envrc", dir, true),
+            (&g, "/w", ".env.example", other, false),
+            (&g, "/w", ".env.sample", other, false),
+            (&g, "/tmp", ".env", other, false),
+            (&g, "/wx", ".env", other, false),
+            (&g, "/w", ".tether", dir, true),
+            (&g, "/w", ".tether", other, true),
+            (&g, "/w/sub", ".tether", dir, false),
+            (&g, "/w", ".git", dir, false),
+            (&g, "/w", ".git", other, true),
+            (&g, "/w", ".git", moved, true),
+            (&g, "/w/sub", ".git", other, false),
+            (&g, "/w/.git", "config", other, true),
+            (&g, "/w/.git", "hooks", dir, true),
+            (&g, "/w/.git", "commondir", other, true),
+            (&g, "/w/.git", "config.worktree", other, true),
+            (&g, "/w/.git", "config.lock", other, false),
+            (&g, "/w/.git", "HEAD", other, false),
+            (&g, "/w/sub/.git", "config", other, false),
+            (&g, "/w", "config", dir, false),
+            (&g, "/w", "objects", dir, false),
+            (&g, "/w", "HEAD", other, true),
+            (&g, "/w/sub", "HEAD", other, false),
+            (&with_head, "/w", "config", other, true),
+            (&with_head, "/w", "refs", dir, true),
+            (&with_head, "/w", "objects", dir, true),
+            (&with_head, "/w/src", "config", dir, false),
+            (&g, "/w", "main.rs", other, false),
+        ];
+        for (guard, parent, name, making, refused) in table {
+            let got = guard.refuses(OsStr::new(name), *making, || Some(PathBuf::from(parent)));
+            assert_eq!(got.is_some(), *refused, "{parent} {name} {making:?}: {got:?}");
+        }
+        // The directory is asked for only when a rule is about the name, and
+        // a directory that cannot be told refuses those names.
+        let asked = std::cell::Cell::new(false);
+        assert!(g
+            .refuses(OsStr::new("lib.rs"), Making::Other, || {
+                asked.set(true);
+                None
+            })
+            .is_none());
+        assert!(!asked.get());
+        assert!(g.refuses(OsStr::new(".env"), Making::Other, || None).is_some());
+    }
+
+    #[test]
+    fn a_workspace_bound_from_the_host_has_the_guard() {
+        let p = plan_in_w(&policy(""), &facts()).unwrap();
+        assert_eq!(
+            p.create_guard.as_ref().map(|g| g.workspace.as_path()),
+            Some(Path::new("/w"))
+        );
+        let ro = plan_in_w(&policy("profile = \"read-only\""), &facts()).unwrap();
+        assert!(ro.create_guard.is_none());
+        let overlay = HostFacts {
+            overlay: Some(("/s/up".into(), "/s/work".into())),
+            ..facts()
+        };
+        let o = plan_in_w(&policy(""), &overlay).unwrap();
+        assert!(o.create_guard.is_none(), "the overlay captures every write instead");
     }
 }

@@ -116,6 +116,8 @@ pub const CONDITIONAL: &[&str] = &[
 const SETID_BITS: u32 = 0o6000;
 /// O_CREAT | __O_TMPFILE: the opens whose mode argument counts.
 const CREATING_OPEN: u32 = 0o100 | 0o20000000;
+/// O_CREAT alone: the opens that can make a name.
+const O_CREAT: u32 = 0o100;
 
 #[cfg(target_arch = "x86_64")]
 const AUDIT_ARCH: u32 = 0xC000_003E;
@@ -159,10 +161,32 @@ enum Verdict {
     /// and the mode after them has a set-id bit.
     CreatingOpen1,
     CreatingOpen2,
+    /// With the create guard: handed to the guard (user notification).
+    Notify,
+    /// With the create guard: as `SetidMode1`/`SetidMode2`, and what is not
+    /// refused goes to the guard (creat, mknod, mknodat).
+    SetidModeNotify1,
+    SetidModeNotify2,
+    /// With the create guard: an open whose flags in argument 1 (open) or 2
+    /// (openat) have O_CREAT goes to the guard (O_TMPFILE makes no name).
+    OpenCreates1,
+    OpenCreates2,
 }
 
+/// System calls that make a name, which the create guard judges and makes
+/// itself (see `sandbox::apply`'s guard) when the plan has one.
+pub const GUARDED: &[&str] = &[
+    "open/openat/creat with O_CREAT",
+    "mkdir/mkdirat",
+    "mknod/mknodat",
+    "symlink/symlinkat",
+    "link/linkat",
+    "rename/renameat/renameat2",
+    "bind (a unix socket's name)",
+];
+
 /// The system calls the table names, sorted by number.
-fn table() -> Vec<(u32, Verdict)> {
+fn table(guard: bool) -> Vec<(u32, Verdict)> {
     let mut t: Vec<(u32, Verdict)> = REFUSED.iter().map(|(nr, _)| (*nr as u32, Verdict::Eperm)).collect();
     t.push((libc::SYS_clone as u32, Verdict::NamespaceFlags));
     t.push((libc::SYS_unshare as u32, Verdict::NamespaceFlags));
@@ -184,6 +208,38 @@ fn table() -> Vec<(u32, Verdict)> {
     t.push((libc::SYS_fchmodat2 as u32, Verdict::SetidMode2));
     t.push((libc::SYS_mknodat as u32, Verdict::SetidMode2));
     t.push((libc::SYS_openat as u32, Verdict::CreatingOpen2));
+    if guard {
+        for (nr, v) in t.iter_mut() {
+            let creat_or_mknod = *nr == libc::SYS_mknodat as u32 || {
+                #[cfg(target_arch = "x86_64")]
+                {
+                    *nr == libc::SYS_creat as u32 || *nr == libc::SYS_mknod as u32
+                }
+                #[cfg(not(target_arch = "x86_64"))]
+                false
+            };
+            if creat_or_mknod {
+                *v = match v {
+                    Verdict::SetidMode1 => Verdict::SetidModeNotify1,
+                    _ => Verdict::SetidModeNotify2,
+                };
+            }
+        }
+        for nr in [
+            libc::SYS_mkdirat,
+            libc::SYS_symlinkat,
+            libc::SYS_linkat,
+            libc::SYS_renameat,
+            libc::SYS_renameat2,
+            libc::SYS_bind,
+        ] {
+            t.push((nr as u32, Verdict::Notify));
+        }
+        #[cfg(target_arch = "x86_64")]
+        for nr in [libc::SYS_mkdir, libc::SYS_symlink, libc::SYS_link, libc::SYS_rename] {
+            t.push((nr as u32, Verdict::Notify));
+        }
+    }
     t.sort_unstable_by_key(|e| e.0);
     t
 }
@@ -230,8 +286,10 @@ impl Asm {
     }
 }
 
-/// The one program: architecture guard, x32 guard, search, verdicts.
-pub fn filters() -> Result<Vec<BpfProgram>, SeccompError> {
+/// The one program: architecture guard, x32 guard, search, verdicts. With
+/// `create_guard`, the calls that make a name go to the create guard instead of
+/// being allowed ([`GUARDED`]).
+pub fn filters(create_guard: bool) -> Result<Vec<BpfProgram>, SeccompError> {
     let mut asm = Asm { code: Vec::new() };
     asm.emit(LD_W_ABS, ARCH, To::Next, To::Next);
     let guard = asm.emit(JEQ_K, AUDIT_ARCH, To::Next, To::Next);
@@ -241,7 +299,7 @@ pub fn filters() -> Result<Vec<BpfProgram>, SeccompError> {
     asm.emit(LD_W_ABS, NR, To::Next, To::Next);
     #[cfg(target_arch = "x86_64")]
     asm.emit(JGE_K, X32_SYSCALL_BIT, To::Verdict(Verdict::Eperm), To::Next);
-    let table = table();
+    let table = table(create_guard);
     if table.windows(2).any(|w| w[0].0 == w[1].0) {
         return Err(SeccompError("a system call appears twice in the table".into()));
     }
@@ -251,6 +309,13 @@ pub fn filters() -> Result<Vec<BpfProgram>, SeccompError> {
     let allow = ret(libc::SECCOMP_RET_ALLOW);
     let eperm = ret(libc::SECCOMP_RET_ERRNO | libc::EPERM as u32);
     let enosys = ret(libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32);
+    let notify = ret(libc::SECCOMP_RET_USER_NOTIF);
+    // What an open that may create, with no set-id bit, becomes.
+    let (open1_rest, open2_rest) = if create_guard {
+        (To::Verdict(Verdict::OpenCreates1), To::Verdict(Verdict::OpenCreates2))
+    } else {
+        (To::Verdict(Verdict::Allow), To::Verdict(Verdict::Allow))
+    };
     // Blocks that jump to another verdict come before it (BPF jumps only
     // forward): the argument checks first, the returns last.
     let blocks: Vec<(Verdict, Vec<Insn>)> = vec![
@@ -322,12 +387,7 @@ pub fn filters() -> Result<Vec<BpfProgram>, SeccompError> {
                 (LD_W_ABS, ARG1_LOW, To::Next, To::Next),
                 (JSET_K, CREATING_OPEN, To::Next, To::Verdict(Verdict::Allow)),
                 (LD_W_ABS, ARG2_LOW, To::Next, To::Next),
-                (
-                    JSET_K,
-                    SETID_BITS,
-                    To::Verdict(Verdict::Eperm),
-                    To::Verdict(Verdict::Allow),
-                ),
+                (JSET_K, SETID_BITS, To::Verdict(Verdict::Eperm), open1_rest),
             ],
         ),
         (
@@ -336,15 +396,59 @@ pub fn filters() -> Result<Vec<BpfProgram>, SeccompError> {
                 (LD_W_ABS, ARG2_LOW, To::Next, To::Next),
                 (JSET_K, CREATING_OPEN, To::Next, To::Verdict(Verdict::Allow)),
                 (LD_W_ABS, ARG3_LOW, To::Next, To::Next),
+                (JSET_K, SETID_BITS, To::Verdict(Verdict::Eperm), open2_rest),
+            ],
+        ),
+        (
+            Verdict::SetidModeNotify1,
+            vec![
+                (LD_W_ABS, ARG1_LOW, To::Next, To::Next),
                 (
                     JSET_K,
                     SETID_BITS,
                     To::Verdict(Verdict::Eperm),
+                    To::Verdict(Verdict::Notify),
+                ),
+            ],
+        ),
+        (
+            Verdict::SetidModeNotify2,
+            vec![
+                (LD_W_ABS, ARG2_LOW, To::Next, To::Next),
+                (
+                    JSET_K,
+                    SETID_BITS,
+                    To::Verdict(Verdict::Eperm),
+                    To::Verdict(Verdict::Notify),
+                ),
+            ],
+        ),
+        (
+            Verdict::OpenCreates1,
+            vec![
+                (LD_W_ABS, ARG1_LOW, To::Next, To::Next),
+                (
+                    JSET_K,
+                    O_CREAT,
+                    To::Verdict(Verdict::Notify),
+                    To::Verdict(Verdict::Allow),
+                ),
+            ],
+        ),
+        (
+            Verdict::OpenCreates2,
+            vec![
+                (LD_W_ABS, ARG2_LOW, To::Next, To::Next),
+                (
+                    JSET_K,
+                    O_CREAT,
+                    To::Verdict(Verdict::Notify),
                     To::Verdict(Verdict::Allow),
                 ),
             ],
         ),
         (Verdict::Allow, vec![allow]),
+        (Verdict::Notify, vec![notify]),
         (Verdict::Eperm, vec![eperm]),
         (Verdict::Enosys, vec![enosys]),
     ];
@@ -549,7 +653,7 @@ mod tests {
 
     #[test]
     fn the_program_decides_every_call_as_the_seccompiler_filters_did() {
-        let ours = filters().unwrap();
+        let ours = filters(false).unwrap();
         assert_eq!(ours.len(), 1, "one program");
         let reference = reference();
         let ns_all = NAMESPACE_FLAGS.iter().fold(0u64, |m, f| m | f);
@@ -578,7 +682,7 @@ mod tests {
         let mut checked = 0u64;
         for arch in [AUDIT_ARCH, 0x4000_0003 /* i386 */, 0] {
             for &nr in &numbers {
-                let argument_checked = table()
+                let argument_checked = table(false)
                     .iter()
                     .any(|(n, v)| *n == nr && !matches!(v, Verdict::Eperm | Verdict::Enosys));
                 let samples: &[u64] = if argument_checked && arch == AUDIT_ARCH {
@@ -613,7 +717,7 @@ mod tests {
             u64::MAX,
         ];
         for &nr in &numbers {
-            let mode_checked = table().iter().any(|(n, v)| {
+            let mode_checked = table(false).iter().any(|(n, v)| {
                 *n == nr
                     && matches!(
                         v,
@@ -640,7 +744,7 @@ mod tests {
 
     #[test]
     fn the_table_refuses_what_it_names() {
-        let ours = filters().unwrap();
+        let ours = filters(false).unwrap();
         let run = |nr: i64, a0: u64, a1: u64| eval(&ours[0], &data(AUDIT_ARCH, nr as u32, [a0, a1, 0, 0, 0, 0]));
         let eperm = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
         assert_eq!(run(libc::SYS_ptrace, 0, 0), eperm);
@@ -669,5 +773,74 @@ mod tests {
         // Short: the kernel walks it for every system call number when it is
         // loaded, and for every call the command makes.
         assert!(ours[0].len() < 200, "{} instructions", ours[0].len());
+    }
+
+    #[test]
+    fn with_the_guard_every_call_that_makes_a_name_goes_to_it() {
+        let ours = filters(true).unwrap();
+        let plain = filters(false).unwrap();
+        let eperm = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
+        let notify = libc::SECCOMP_RET_USER_NOTIF;
+        let allow = libc::SECCOMP_RET_ALLOW;
+        let call = |nr: i64, args: [u64; 6]| eval(&ours[0], &data(AUDIT_ARCH, nr as u32, args));
+        // openat: O_CREAT goes to the guard, unless a set-id mode refuses it
+        // outright; O_TMPFILE makes no name; plain opens stay in the kernel.
+        assert_eq!(call(libc::SYS_openat, [3, 0, 0o100 | 0o1, 0o644, 0, 0]), notify);
+        assert_eq!(call(libc::SYS_openat, [3, 0, 0o100 | (1 << 40), 0o644, 0, 0]), notify);
+        assert_eq!(call(libc::SYS_openat, [3, 0, 0o100, 0o4755, 0, 0]), eperm);
+        assert_eq!(call(libc::SYS_openat, [3, 0, 0o20200002, 0o600, 0, 0]), allow);
+        assert_eq!(call(libc::SYS_openat, [3, 0, 0o2, 0o4755, 0, 0]), allow);
+        assert_eq!(call(libc::SYS_openat, [3, 0, 0, 0, 0, 0]), allow);
+        assert_eq!(call(libc::SYS_mknodat, [3, 0, 0o10644, 0, 0, 0]), notify);
+        assert_eq!(call(libc::SYS_mknodat, [3, 0, 0o14755, 0, 0, 0]), eperm);
+        for nr in [
+            libc::SYS_mkdirat,
+            libc::SYS_symlinkat,
+            libc::SYS_linkat,
+            libc::SYS_renameat,
+            libc::SYS_renameat2,
+            libc::SYS_bind,
+        ] {
+            assert_eq!(call(nr, [0; 6]), notify, "nr {nr}");
+        }
+        #[cfg(target_arch = "x86_64")]
+        {
+            assert_eq!(call(libc::SYS_open, [0, 0o101, 0o644, 0, 0, 0]), notify);
+            assert_eq!(call(libc::SYS_open, [0, 0o1, 0o644, 0, 0, 0]), allow);
+            assert_eq!(call(libc::SYS_creat, [0, 0o644, 0, 0, 0, 0]), notify);
+            assert_eq!(call(libc::SYS_creat, [0, 0o2644, 0, 0, 0, 0]), eperm);
+            assert_eq!(call(libc::SYS_mknod, [0, 0o10644, 0, 0, 0, 0]), notify);
+            for nr in [libc::SYS_mkdir, libc::SYS_symlink, libc::SYS_link, libc::SYS_rename] {
+                assert_eq!(call(nr, [0; 6]), notify, "nr {nr}");
+            }
+            assert_eq!(call(libc::SYS_chmod, [0, 0o644, 0, 0, 0, 0]), allow);
+        }
+        // Everything else is decided as without the guard.
+        let guarded: Vec<u32> = table(true)
+            .iter()
+            .filter(|(n, _)| !table(false).iter().any(|(m, _)| m == n))
+            .map(|(n, _)| *n)
+            .collect();
+        for nr in 0..1024u32 {
+            if guarded.contains(&nr) {
+                continue;
+            }
+            for args in [
+                [0u64; 6],
+                [3, 0o644, 0o2, 0o644, 0, 0],
+                [3, 0o4755, 0o4755, 0o4755, 0, 0],
+            ] {
+                let (with, without) = (call(nr as i64, args), eval(&plain[0], &data(AUDIT_ARCH, nr, args)));
+                let creating = [libc::SYS_openat, libc::SYS_mknodat];
+                #[cfg(target_arch = "x86_64")]
+                let creating = [&creating[..], &[libc::SYS_open, libc::SYS_creat, libc::SYS_mknod]].concat();
+                if creating.contains(&(nr as i64)) && with == notify {
+                    assert_eq!(without, allow, "nr {nr}");
+                } else {
+                    assert_eq!(with, without, "nr {nr} {args:?}");
+                }
+            }
+        }
+        assert!(ours[0].len() < 220, "{} instructions", ours[0].len());
     }
 }
