@@ -13,17 +13,23 @@
 //!                               waits for its id maps, then
 //!                               builds the filesystem while a helper makes the
 //!                               network namespace and detaches the host's root,
-//!                               joins that namespace, forks the command,
-//!                               sets the hostname meanwhile, then
+//!                               joins that namespace, confines itself with
+//!                               Landlock, forks the command, starts the create
+//!                               guard and sets the hostname meanwhile, then
 //!                               reaps and forwards signals. When the command ends
 //!                               it kills and reaps everything else and reports
 //!                               the status. Dies with tether-exec (PDEATHSIG);
 //!                               when it exits the kernel kills the namespace.
+//!          ├─ thread: guard     (a workspace bound writable from the host) no
+//!          │                    capabilities; makes every name the command
+//!          │                    makes, refusing protected ones (see `guard`)
 //!          ├─ fork: helper      unshare(NEWNET), loopback up, umount2 of the
 //!          │                    old root; killed before the command exists
 //!          └─ fork: command     setsid, no_new_privs, caps dropped, fds closed,
-//!                               rlimits, Landlock, seccomp (last), then waits
-//!                               for init's ready and the launcher's go, execve
+//!                               rlimits, Landlock (init's, inherited), seccomp
+//!                               (last; its listener goes to the guard), then
+//!                               waits for init's ready and the launcher's go,
+//!                               execve
 //! ```
 //!
 //! While the sandbox builds itself (mounts, Landlock, seccomp: most of the

@@ -1022,4 +1022,30 @@ mod tests {
         let o = plan_in_w(&policy(""), &overlay).unwrap();
         assert!(o.create_guard.is_none(), "the overlay captures every write instead");
     }
+
+    proptest::proptest! {
+        /// Laws of the guard: nothing outside the workspace is ever refused;
+        /// inside, a `.env` secret is refused wherever and however it is made,
+        /// and an ordinary name never is.
+        #[test]
+        fn the_guard_judges_by_place_and_name_only(
+            parts in proptest::collection::vec(proptest::sample::select(vec!["w", "src", ".git", "a b", "..x", "w2"]), 0..4),
+            inside in proptest::bool::ANY,
+            name in proptest::sample::select(vec![".env", ".env.local", ".envrc", "main.rs", "notes.txt", ".env.example", "config", "HEAD", ".git", ".tether"]),
+            making in proptest::sample::select(vec![Making::Directory, Making::Other, Making::MovedDirectory]),
+            head in proptest::bool::ANY,
+        ) {
+            let g = CreateGuard { workspace: "/w".into(), head_at_top: head };
+            let mut parent = PathBuf::from(if inside { "/w" } else { "/elsewhere" });
+            parent.extend(&parts);
+            let refused = g.refuses(std::ffi::OsStr::new(name), making, || Some(parent.clone())).is_some();
+            if !parent.starts_with("/w") {
+                proptest::prop_assert!(!refused);
+            } else if crate::policy::is_env_secret(name) {
+                proptest::prop_assert!(refused);
+            } else if matches!(name, "main.rs" | "notes.txt" | ".env.example") {
+                proptest::prop_assert!(!refused);
+            }
+        }
+    }
 }
