@@ -792,6 +792,17 @@ fn refused_to_make_protected_paths(
     if refused.is_empty() {
         return code;
     }
+    // `!\treason`: the guard itself failed and stopped the sandbox.
+    let (failed, refused): (Vec<&String>, Vec<&String>) = refused.iter().partition(|l| l.starts_with("!\t"));
+    if let Some(f) = failed.first() {
+        let why = &f[2..];
+        stderr.push(format!(
+            "tether-exec: the create guard failed ({why}), so every process of the sandbox was killed: a run that cannot have the names it makes judged does not go on"
+        ));
+        receipt.error = Some(format!("the create guard failed: {why}"));
+        rec.detail = Some(format!("create guard failed: {why}"));
+        return exit::INTERNAL;
+    }
     let said: Vec<String> = refused
         .iter()
         .map(|line| {

@@ -586,7 +586,8 @@ fn protected_paths_that_do_not_exist_yet_never_survive_a_run() {
         "{}",
         text(&o)
     );
-    for p in [".git/hooks", ".git/config", ".tether"] {
+    // `mkdir -p .git/hooks` stops at `.git` (no repository at the top).
+    for p in [".git", ".tether"] {
         assert!(!exists(&w.ws.join(p)), "{p} survived the run: {}", text(&o));
         assert!(err.contains(&format!("`{p}`")), "{p} is not named: {}", text(&o));
     }
@@ -2249,7 +2250,7 @@ attempt(".git (symlink)", lambda: os.symlink("/tmp", ".git"))
 os.makedirs("stage/hooks", exist_ok=True)
 attempt(".git (moved dir)", lambda: os.rename("stage", ".git"))
 attempt(".git/config", lambda: (os.makedirs(".git", exist_ok=True), open(".git/config", "w").write("[core]\n\tfsmonitor = touch /tmp/pwned\n")))
-attempt(".git/hooks", lambda: os.mkdir(".git/hooks"))
+attempt(".git/hooks", lambda: os.makedirs(".git/hooks"))
 open("decoy", "w").write("x")
 attempt(".env.production (link)", lambda: os.link("decoy", ".env.production"))
 attempt(".env.test (rename)", lambda: os.rename("decoy", ".env.test"))
@@ -2266,14 +2267,13 @@ for _ in range(200):
     time.sleep(0.05)
 "#;
 
-/// What `PLANT_PROTECTED` tries to make (`.git` itself may be made: as a
-/// plain new directory, without the control files git would obey).
+/// What `PLANT_PROTECTED` tries to make (in a workspace with no repository:
+/// `.git` itself is refused at the top).
 const PLANTED: &[&str] = &[
     ".env",
     "app/.env.local",
     ".tether",
-    ".git/config",
-    ".git/hooks",
+    ".git",
     ".env.production",
     ".env.test",
     ".env.dangling",
@@ -2298,11 +2298,11 @@ fn protected_names_never_exist_on_the_host_while_the_run_lasts() {
         eventually(|| exists(&made)),
         "the script never got through its attempts"
     );
-    let git_not_a_dir = std::fs::symlink_metadata(w.ws.join(".git")).is_ok_and(|m| !m.is_dir());
-    let mut during: Vec<&str> = PLANTED.iter().copied().filter(|p| exists(&w.ws.join(p))).collect();
-    if git_not_a_dir {
-        during.push(".git (not a directory)");
-    }
+    let during: Vec<&str> = PLANTED
+        .iter()
+        .copied()
+        .filter(|p| std::fs::symlink_metadata(w.ws.join(p)).is_ok())
+        .collect();
     std::fs::write(w.ws.join("release"), "").unwrap();
     let o = child.wait_with_output().unwrap();
     assert!(
@@ -2457,6 +2457,11 @@ os.chdir(os.environ["PWD"])
 os.symlink("target.txt", "link")
 open("link", "w").write("through the link")
 os.link("/proc/self/cwd/target.txt", "a/linked-through-proc", follow_symlinks=True)
+os.close(os.open("target.txt", os.O_PATH | os.O_CREAT))
+try:
+    os.open("no-such", os.O_PATH | os.O_CREAT)
+except FileNotFoundError:
+    print("O_PATH makes nothing")
 os.link("target.txt", "hard")
 os.rename("hard", "a/hard-moved")
 fd = os.open("cloexec.txt", os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o666)
@@ -2490,6 +2495,7 @@ subprocess.run(["bash", "-c", "echo piped > /dev/stdout"], check=True)
         "mkdir EEXIST",
         "missing parent ENOENT",
         "piped",
+        "O_PATH makes nothing",
     ] {
         assert!(out.contains(want), "{want}: {}", text(&o));
     }
@@ -2622,7 +2628,7 @@ cli = socket.socket(socket.AF_UNIX)
 cli.connect("served.sock")
 conn, _ = srv.accept()
 cli.sendall(b"ping")
-print("SERVED", conn.recv(4))
+print("SERVED", conn.recv(4), srv.getsockname())
 t = socket.socket()
 t.bind(("127.0.0.1", 0))
 print("TCP", t.getsockname()[1] > 0)
@@ -2647,7 +2653,7 @@ print("TCP", t.getsockname()[1] > 0)
         .file_type()
         .is_socket());
     assert!(
-        out.contains("SERVED b'ping'") && out.contains("TCP True"),
+        out.contains("SERVED b'ping' served.sock") && out.contains("TCP True"),
         "{}",
         text(&o)
     );
@@ -2682,4 +2688,79 @@ fn the_workspace_itself_cannot_be_made_a_git_directory() {
         exists(&marker),
         "control: the host's git did not take the workspace for a repository"
     );
+}
+
+#[test]
+fn a_workspace_without_a_repository_is_not_given_one_while_the_run_lasts() {
+    // A `.git` made at the top with an index naming a repository the run
+    // made below: the host's `git status` recurses into that repository
+    // and obeys its `config` (fsmonitor) while the run lasts.
+    let w = World::new();
+    let marker = w.outside.join("fsmonitor-ran");
+    w.write(
+        "plant.sh",
+        &format!(
+            "git init -q evil && git -C evil -c user.name=a -c user.email=b commit -q --allow-empty -m x\n\
+             printf '[core]\\n\\tfsmonitor = \"touch {}; false\"\\n' >> evil/.git/config\n\
+             mkdir -p .git/objects .git/refs/heads && echo 'ref: refs/heads/main' > .git/HEAD && \
+             git update-index --add --cacheinfo 160000,$(git -C evil rev-parse HEAD),evil && echo PLANTED\n\
+             sleep 3\n",
+            marker.display()
+        ),
+    );
+    let child = w
+        .command(&["run", "--", "bash", "plant.sh"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    host_git_status(&w);
+    let o = child.wait_with_output().unwrap();
+    assert!(!stdout(&o).contains("PLANTED"), "{}", text(&o));
+    assert!(!exists(&w.ws.join(".git")), "{}", text(&o));
+    host_git_status(&w);
+    assert!(
+        !exists(&marker),
+        "the host's git obeyed the run's repository: {}",
+        text(&o)
+    );
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    // Control: the same script outside; the host's git obeys it.
+    let _ = std::fs::remove_dir_all(w.ws.join("evil"));
+    let c = w.control("bash plant.sh");
+    assert!(stdout(&c).contains("PLANTED"), "control: {}", text(&c));
+    host_git_status(&w);
+    assert!(exists(&marker), "control: {}", text(&c));
+}
+
+#[test]
+fn an_open_that_waits_for_a_lease_stalls_nothing_else() {
+    // An open with O_CREAT of a file someone holds a lease on waits until
+    // the lease is broken (45 s by default); the guard must not make every
+    // other name in the sandbox wait with it.
+    let w = World::new();
+    w.write("leased", "x");
+    w.write(
+        "lease.py",
+        r#"
+import fcntl, os, signal, subprocess, sys, time
+# The lease holder is told of the open by SIGIO, which would end it.
+signal.signal(signal.SIGIO, lambda *_: None)
+fd = os.open("leased", os.O_RDONLY)
+fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK)
+opener = subprocess.Popen([sys.executable, "-c", "import os; os.close(os.open('leased', os.O_WRONLY | os.O_CREAT)); print('OPENED', flush=True)"])
+time.sleep(0.5)
+t = time.time()
+open("other", "w").close()
+print("OTHER took %.1f s" % (time.time() - t), flush=True)
+fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
+opener.wait()
+"#,
+    );
+    let o = w.run("python3 lease.py");
+    let out = stdout(&o);
+    assert!(out.contains("OPENED"), "{}", text(&o));
+    assert!(out.contains("OTHER took 0."), "{}", text(&o));
+    assert!(o.status.success(), "{}", text(&o));
 }

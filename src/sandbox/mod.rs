@@ -200,6 +200,7 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state:
         protected_present,
         git_index_unreadable: git.index_unreadable,
         head_at_top: std::fs::symlink_metadata(workspace.join("HEAD")).is_ok(),
+        repo_at_top: std::fs::symlink_metadata(workspace.join(".git")).is_ok(),
         // The directories on the way to a policy file too: renamed away
         // with its read-only file inside, a new one would hold a policy of
         // the run's making for the next run.

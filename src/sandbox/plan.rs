@@ -110,6 +110,12 @@ pub struct CreateGuard {
     /// then `objects`, `refs` and `config` beside it would complete a git
     /// directory there too.
     pub head_at_top: bool,
+    /// A `.git` was at the top of the workspace when the run was planned
+    /// (its git directory is an overlay or read-only). Where there was none,
+    /// the run may not make one: an index there naming a repository the run
+    /// made below would have the host's `git status` recurse into it and
+    /// obey that repository's `config`, while the run lasts.
+    pub repo_at_top: bool,
 }
 
 impl CreateGuard {
@@ -147,12 +153,19 @@ impl CreateGuard {
         // The workspace's own repository, which the host's git at the top
         // obeys. Nested repositories a run makes are its own business, as
         // outside (the index's gitlinks are read-only mounts already).
+        let top_git = self.workspace.join(".git");
+        // (So nothing can be made in it either: it never exists.)
+        if !self.repo_at_top && n == b".git" && parent == self.workspace {
+            return Some(
+                "the workspace had no repository at its top, and a run may not make one there: the host's git would obey it (run `git init` outside)",
+            );
+        }
         if n == b".git" && making != Making::Directory && parent == self.workspace {
             return Some(
                 "a `.git` that is a file or a symlink, or a directory moved into place, makes git obey a configuration nobody checked",
             );
         }
-        if control && parent == self.workspace.join(".git") {
+        if control && parent == top_git {
             return Some("`.git/config`, `.git/config.worktree`, `.git/hooks` and `.git/commondir` are protected");
         }
         // git takes any directory with `HEAD`, `objects` and `refs` for a git
@@ -281,6 +294,9 @@ pub struct HostFacts {
     pub git_index_unreadable: bool,
     /// The workspace has a `HEAD` at its top (see [`CreateGuard`]).
     pub head_at_top: bool,
+    /// The workspace has a `.git` at its top (a repository, a worktree's or
+    /// submodule's `.git` file, a symlink to one).
+    pub repo_at_top: bool,
     /// Policy files that sit inside the workspace.
     pub policy_files_in_workspace: Vec<PathBuf>,
     /// Readable-by-owner-only secrets of the system (/etc/shadow...), masked when running as root.
@@ -718,6 +734,7 @@ pub fn build(
     let create_guard = (writable && facts.overlay.is_none()).then(|| CreateGuard {
         workspace: workspace.to_path_buf(),
         head_at_top: facts.head_at_top,
+        repo_at_top: facts.repo_at_top,
     });
     Ok(Plan {
         workspace_identities,
@@ -950,6 +967,11 @@ mod tests {
         let g = CreateGuard {
             workspace: "/w".into(),
             head_at_top: false,
+            repo_at_top: true,
+        };
+        let no_repo = CreateGuard {
+            repo_at_top: false,
+            ..g.clone()
         };
         let with_head = CreateGuard {
             head_at_top: true,
@@ -988,6 +1010,9 @@ mod tests {
             (&with_head, "/w", "objects", dir, true),
             (&with_head, "/w/src", "config", dir, false),
             (&g, "/w", "main.rs", other, false),
+            (&no_repo, "/w", ".git", dir, true),
+            (&no_repo, "/w/sub", ".git", dir, false),
+            (&no_repo, "/w", "main.rs", other, false),
         ];
         for (guard, parent, name, making, refused) in table {
             let got = guard.refuses(OsStr::new(name), *making, || Some(PathBuf::from(parent)));
@@ -1035,7 +1060,7 @@ mod tests {
             making in proptest::sample::select(vec![Making::Directory, Making::Other, Making::MovedDirectory]),
             head in proptest::bool::ANY,
         ) {
-            let g = CreateGuard { workspace: "/w".into(), head_at_top: head };
+            let g = CreateGuard { workspace: "/w".into(), head_at_top: head, repo_at_top: !head };
             let mut parent = PathBuf::from(if inside { "/w" } else { "/elsewhere" });
             parent.extend(&parts);
             let refused = g.refuses(std::ffi::OsStr::new(name), making, || Some(parent.clone())).is_some();

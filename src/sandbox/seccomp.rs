@@ -118,6 +118,10 @@ const SETID_BITS: u32 = 0o6000;
 const CREATING_OPEN: u32 = 0o100 | 0o20000000;
 /// O_CREAT alone: the opens that can make a name.
 const O_CREAT: u32 = 0o100;
+/// O_PATH: the kernel drops O_CREAT with it (and every flag but three), so
+/// such an open makes nothing; the flags are in a register, not memory, so
+/// nothing can change that after the filter looked.
+const O_PATH: u32 = 0o10000000;
 
 #[cfg(target_arch = "x86_64")]
 const AUDIT_ARCH: u32 = 0xC000_003E;
@@ -427,6 +431,7 @@ pub fn filters(create_guard: bool) -> Result<Vec<BpfProgram>, SeccompError> {
             Verdict::OpenCreates1,
             vec![
                 (LD_W_ABS, ARG1_LOW, To::Next, To::Next),
+                (JSET_K, O_PATH, To::Verdict(Verdict::Allow), To::Next),
                 (
                     JSET_K,
                     O_CREAT,
@@ -439,6 +444,7 @@ pub fn filters(create_guard: bool) -> Result<Vec<BpfProgram>, SeccompError> {
             Verdict::OpenCreates2,
             vec![
                 (LD_W_ABS, ARG2_LOW, To::Next, To::Next),
+                (JSET_K, O_PATH, To::Verdict(Verdict::Allow), To::Next),
                 (
                     JSET_K,
                     O_CREAT,
@@ -791,6 +797,7 @@ mod tests {
         assert_eq!(call(libc::SYS_openat, [3, 0, 0o20200002, 0o600, 0, 0]), allow);
         assert_eq!(call(libc::SYS_openat, [3, 0, 0o2, 0o4755, 0, 0]), allow);
         assert_eq!(call(libc::SYS_openat, [3, 0, 0, 0, 0, 0]), allow);
+        assert_eq!(call(libc::SYS_openat, [3, 0, 0o10000000 | 0o100, 0, 0, 0]), allow);
         assert_eq!(call(libc::SYS_mknodat, [3, 0, 0o10644, 0, 0, 0]), notify);
         assert_eq!(call(libc::SYS_mknodat, [3, 0, 0o14755, 0, 0, 0]), eperm);
         for nr in [

@@ -64,30 +64,56 @@ pub(super) fn spawn(guard: CreateGuard, channel: OwnedFd, report: OwnedFd) -> st
             block_signals();
             // This thread only: init's main thread keeps what it needs for
             // the namespaces. capset acts on the calling thread.
+            let mut report = std::fs::File::from(report);
             use caps::CapSet;
             for set in [CapSet::Effective, CapSet::Permitted, CapSet::Inheritable] {
-                if caps::clear(None, set).is_err() {
-                    return;
+                if let Err(e) = caps::clear(None, set) {
+                    return stop_the_sandbox(&mut report, &format!("dropping its capabilities: {e}"));
                 }
             }
+            // A working directory (and umask) of its own: `bind` names a
+            // socket relative to it (see `Guard::bind`).
+            // SAFETY: unshare(CLONE_FS) of this thread's filesystem context.
+            if unsafe { libc::unshare(libc::CLONE_FS) } != 0 {
+                return stop_the_sandbox(&mut report, &format!("unshare(CLONE_FS): {}", errno()));
+            }
+            // EOF: the command failed before its seccomp filter; it says why.
             let Some(listener) = receive_fd(&channel) else {
                 return;
             };
             drop(channel);
-            let Ok(root) = open_path(None, c"/", libc::O_DIRECTORY) else {
-                return;
+            let root = match open_path(None, c"/", libc::O_DIRECTORY) {
+                Ok(r) => r,
+                Err(e) => return stop_the_sandbox(&mut report, &format!("open /: errno {e}")),
             };
             let mut g = Guard {
                 guard,
                 listener,
                 root,
-                report: std::fs::File::from(report),
+                report,
                 reported: 0,
                 own: [std::process::id() as i32, gettid()],
             };
-            g.serve();
+            let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| g.serve()));
+            let failure = match served {
+                Ok(Ok(())) => return,
+                Ok(Err(e)) => e,
+                Err(_) => "it panicked".to_string(),
+            };
+            stop_the_sandbox(&mut g.report, &failure);
         })
         .map(drop)
+}
+
+/// The guard cannot go on: every process of the sandbox but init is killed
+/// (the command ends with SIGKILL), and the launcher is told why on the
+/// report pipe (a line `!\treason`). Without the guard, calls that make a
+/// name would fail or wait forever; the run must not go on half-served.
+fn stop_the_sandbox(report: &mut std::fs::File, reason: &str) {
+    let _ = report.write_all(format!("!\t{}\n", reason.replace(['\t', '\n'], " ")).as_bytes());
+    // SAFETY: kill(-1) from init's thread group reaches every other process
+    // of its pid namespace; init itself is not signalled.
+    unsafe { libc::kill(-1, libc::SIGKILL) };
 }
 
 fn gettid() -> i32 {
@@ -283,7 +309,7 @@ impl Place {
 }
 
 impl Guard {
-    fn serve(&mut self) {
+    fn serve(&mut self) -> Result<(), String> {
         loop {
             // SAFETY: a zeroed seccomp_notif (the kernel requires it zeroed),
             // filled by the ioctl on our listener.
@@ -291,11 +317,18 @@ impl Guard {
             let r = unsafe { libc::ioctl(self.listener.as_raw_fd(), libc::SECCOMP_IOCTL_NOTIF_RECV as _, &mut n) };
             if r < 0 {
                 match last() {
-                    // Interrupted, or the caller died before we read it.
-                    libc::EINTR | libc::ENOENT => continue,
-                    // The filter's last user is gone, or worse: stop; the
-                    // listener closes and every later call fails.
-                    _ => return,
+                    libc::EINTR => continue,
+                    // The caller died before we read it, or nothing uses the
+                    // filter any more (the command and all it started have
+                    // ended): the listener then says so (POLLHUP), and the
+                    // guard is done. Without this check it would spin.
+                    libc::ENOENT => {
+                        if self.nobody_left() {
+                            return Ok(());
+                        }
+                        continue;
+                    }
+                    e => return Err(format!("reading a notification: errno {e}")),
                 }
             }
             let tid = n.pid as i32;
@@ -312,6 +345,18 @@ impl Guard {
             let answer = self.answer(&caller, n.data.nr as i64, n.data.args);
             respond(&self.listener, caller.id, answer);
         }
+    }
+
+    /// Whether no process uses the filter any more (it will never notify again).
+    fn nobody_left(&self) -> bool {
+        let mut p = libc::pollfd {
+            fd: self.listener.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: poll of one pollfd we own, without waiting.
+        let n = unsafe { libc::poll(&mut p, 1, 0) };
+        n > 0 && p.revents & libc::POLLHUP != 0 && p.revents & libc::POLLIN == 0
     }
 
     /// Whether the caller is still in the call this notification is about
@@ -417,7 +462,19 @@ impl Guard {
             return Ok(Opened::Waits(via));
         }
         let again = cstr(format!("/proc/self/fd/{}", via.as_raw_fd()));
-        openat_plain(None, &again, flags & !libc::O_CREAT, mode).map(Opened::Now)
+        // Without waiting here: a lease to break waits in a thread of its own.
+        let asked_nonblock = flags & libc::O_NONBLOCK != 0;
+        match openat_plain(None, &again, (flags & !libc::O_CREAT) | libc::O_NONBLOCK, mode) {
+            Ok(fd) => {
+                if !asked_nonblock {
+                    // SAFETY: fcntl on a descriptor we own: the caller's flags.
+                    unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK) };
+                }
+                Ok(Opened::Now(fd))
+            }
+            Err(libc::EAGAIN) if !asked_nonblock => Ok(Opened::Waits(via)),
+            Err(e) => Err(e),
+        }
     }
 
     /// Opens `place` with `flags` (which may make it), as the kernel would;
@@ -451,6 +508,10 @@ impl Guard {
                 } else {
                     Err(libc::ENXIO)
                 }
+            }
+            // A lease someone holds, which the kernel would wait to break.
+            Err(libc::EAGAIN) if !asked_nonblock => {
+                openat2_path(&place.dir, &place.c_name(), libc::RESOLVE_NO_SYMLINKS).map(Opened::Waits)
             }
             Err(e) => Err(e),
         }
@@ -668,9 +729,20 @@ impl Guard {
         }
         let raw = self.copy_bytes(c, addr, len)?;
         let sock = self.their_fd(c, sockfd)?;
+        // SAFETY: fstat into a zeroed stat for a descriptor we own.
+        let is_socket = unsafe {
+            let mut st: libc::stat = std::mem::zeroed();
+            libc::fstat(sock.as_raw_fd(), &mut st) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFSOCK
+        };
+        if !is_socket {
+            return Err(libc::ENOTSOCK);
+        }
         let family = raw.get(..2).map(|f| u16::from_ne_bytes([f[0], f[1]]));
         let path = match family {
             Some(f) if f == libc::AF_UNIX as u16 && raw.len() > 2 && raw[2] != 0 => {
+                if len > std::mem::size_of::<libc::sockaddr_un>() {
+                    return Err(libc::EINVAL);
+                }
                 let p = &raw[2..];
                 &p[..p.iter().position(|b| *b == 0).unwrap_or(p.len())]
             }
@@ -687,32 +759,52 @@ impl Guard {
         self.set_umask(c)?;
         let place = self.place(c, &start, path, &mut 0)?;
         self.refuse_if_protected(&place, Making::Other)?;
-        let mut through = format!("/proc/self/fd/{}/", place.dir.as_raw_fd()).into_bytes();
-        through.extend_from_slice(&place.name);
-        // SAFETY: a zeroed sockaddr_un, its path filled within its size
-        // (checked), then bind on our copy of the caller's socket.
+        let name = place.c_name();
+        let name = name.as_bytes();
+        // bind() takes no directory descriptor: the socket is named relative
+        // to the guard's own working directory (its own: unshare(CLONE_FS)),
+        // moved to the directory resolved. `getsockname` then reads NAME.
+        // SAFETY: fchdir to a descriptor we own; a zeroed sockaddr_un, its
+        // path filled within its size (checked); bind on our copy of the
+        // caller's socket.
         unsafe {
+            if libc::fchdir(place.dir.as_raw_fd()) != 0 {
+                return Err(last());
+            }
             let mut sun: libc::sockaddr_un = std::mem::zeroed();
-            if through.len() >= sun.sun_path.len() {
+            if name.len() >= sun.sun_path.len() {
                 return Err(libc::ENAMETOOLONG);
             }
             sun.sun_family = libc::AF_UNIX as libc::sa_family_t;
-            for (d, b) in sun.sun_path.iter_mut().zip(&through) {
+            for (d, b) in sun.sun_path.iter_mut().zip(name) {
                 *d = *b as libc::c_char;
             }
-            let used = std::mem::size_of::<libc::sa_family_t>() + through.len() + 1;
-            check(libc::bind(
+            let used = std::mem::size_of::<libc::sa_family_t>() + name.len() + 1;
+            let r = check(libc::bind(
                 sock.as_raw_fd(),
                 &sun as *const libc::sockaddr_un as *const libc::sockaddr,
                 used as u32,
-            ))
+            ));
+            libc::fchdir(self.root.as_raw_fd());
+            r
         }
     }
 
     /// A copy of the caller's descriptor `fd`.
     fn their_fd(&self, c: &Caller, fd: i32) -> Result<OwnedFd, Errno> {
-        // SAFETY: pidfd_open of the caller's process; the descriptor is owned below.
-        let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, c.tgid, 0) };
+        // The calling thread's own table (it may have unshared it):
+        // PIDFD_THREAD (Linux 6.9). Older kernels: the process's, which is
+        // the thread's only for the process's first thread.
+        const PIDFD_THREAD: libc::c_int = libc::O_EXCL;
+        // SAFETY: pidfd_open of the calling thread; the descriptor is owned below.
+        let mut pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, c.tid, PIDFD_THREAD) };
+        if pidfd < 0 && last() == libc::EINVAL {
+            if c.tid != c.tgid {
+                return Err(libc::EPERM);
+            }
+            // SAFETY: as above, for the process.
+            pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, c.tgid, 0) };
+        }
         if pidfd < 0 {
             return Err(libc::ESRCH);
         }
@@ -947,7 +1039,13 @@ impl Guard {
         if *links > MAX_LINKS {
             return Err(libc::ELOOP);
         }
-        let target = readlinkat(&place.dir, &place.c_name())?;
+        // /proc/self and /proc/thread-self mean the caller (readlink would
+        // answer for the guard).
+        let target = match place.name.as_slice() {
+            b"self" if is_proc_root(&place.dir) => c.tgid.to_string().into_bytes(),
+            b"thread-self" if is_proc_root(&place.dir) => format!("{}/task/{}", c.tgid, c.tid).into_bytes(),
+            _ => readlinkat(&place.dir, &place.c_name())?,
+        };
         let start = if target.first() == Some(&b'/') {
             dup(&self.root)?
         } else {
