@@ -581,6 +581,17 @@ fn doctor(json: bool, state_dir: Option<PathBuf>) -> i32 {
         },
         "boot a kernel with CONFIG_SECCOMP_FILTER=y",
     );
+    let need = crate::sandbox::apply::GUARD_NEEDS_KERNEL;
+    let have = crate::sandbox::apply::kernel_version();
+    check(
+        "create guard",
+        have.is_some_and(|v| v >= need),
+        format!(
+            "seccomp user notification answering with a descriptor (Linux {}.{}+): a writable workspace bound from the host has every name the command makes judged before it exists",
+            need.0, need.1
+        ),
+        "boot Linux 5.14 or later, or run with `overlay = true` (every write captured and checked after the run)",
+    );
     let filters = crate::sandbox::seccomp::filters(true);
     check(
         "seccomp rules",

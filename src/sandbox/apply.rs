@@ -101,6 +101,17 @@ pub struct Outcome {
     pub refused: Vec<String>,
 }
 
+/// The kernel release as (major, minor), from `/proc/sys/kernel/osrelease`.
+pub fn kernel_version() -> Option<(u32, u32)> {
+    let r = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
+    let mut parts = r.trim().split(['.', '-']);
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+}
+
+/// The create guard answers an open with a descriptor put into the caller's
+/// table and the call answered at once (`SECCOMP_ADDFD_FLAG_SEND`): Linux 5.14.
+pub const GUARD_NEEDS_KERNEL: (u32, u32) = (5, 14);
+
 /// Whether an overlay can be mounted, the way a run mounts one (in a new user
 /// and mount namespace, `userxattr`), with its layers in a fresh directory
 /// under `dir` (the state directory: a run's upper layers live on its
@@ -340,6 +351,15 @@ pub fn run(
         )),
         None => None,
     };
+    if plan.create_guard.is_some() && kernel_version().is_none_or(|v| v < GUARD_NEEDS_KERNEL) {
+        return Err(setup(
+            "create guard",
+            format!(
+                "a workspace bound writable from the host needs Linux {}.{} or later (seccomp user notification that can answer with a descriptor); use `overlay = true` in the policy on this kernel",
+                GUARD_NEEDS_KERNEL.0, GUARD_NEEDS_KERNEL.1
+            ),
+        ));
+    }
     let prepared = Prepared {
         argv: plan.argv.iter().map(cstr).collect(),
         envp: plan.env.iter().map(|(k, v)| cstr(format!("{k}={v}"))).collect(),
