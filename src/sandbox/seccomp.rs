@@ -290,6 +290,29 @@ impl Asm {
     }
 }
 
+/// Refused (EPERM) if the mode in argument `arg` has a set-id bit, else `rest`.
+fn setid_mode(arg: u32, rest: Verdict) -> Vec<Insn> {
+    vec![
+        (LD_W_ABS, arg, To::Next, To::Next),
+        (JSET_K, SETID_BITS, To::Verdict(Verdict::Eperm), To::Verdict(rest)),
+    ]
+}
+
+/// To the guard if the open flags in argument `arg` have O_CREAT (and not
+/// O_PATH), else allowed.
+fn open_creates(arg: u32) -> Vec<Insn> {
+    vec![
+        (LD_W_ABS, arg, To::Next, To::Next),
+        (JSET_K, O_PATH, To::Verdict(Verdict::Allow), To::Next),
+        (
+            JSET_K,
+            O_CREAT,
+            To::Verdict(Verdict::Notify),
+            To::Verdict(Verdict::Allow),
+        ),
+    ]
+}
+
 /// The one program: architecture guard, x32 guard, search, verdicts. With
 /// `create_guard`, the calls that make a name go to the create guard instead of
 /// being allowed ([`GUARDED`]).
@@ -361,30 +384,8 @@ pub fn filters(create_guard: bool) -> Result<Vec<BpfProgram>, SeccompError> {
                 ),
             ],
         ),
-        (
-            Verdict::SetidMode1,
-            vec![
-                (LD_W_ABS, ARG1_LOW, To::Next, To::Next),
-                (
-                    JSET_K,
-                    SETID_BITS,
-                    To::Verdict(Verdict::Eperm),
-                    To::Verdict(Verdict::Allow),
-                ),
-            ],
-        ),
-        (
-            Verdict::SetidMode2,
-            vec![
-                (LD_W_ABS, ARG2_LOW, To::Next, To::Next),
-                (
-                    JSET_K,
-                    SETID_BITS,
-                    To::Verdict(Verdict::Eperm),
-                    To::Verdict(Verdict::Allow),
-                ),
-            ],
-        ),
+        (Verdict::SetidMode1, setid_mode(ARG1_LOW, Verdict::Allow)),
+        (Verdict::SetidMode2, setid_mode(ARG2_LOW, Verdict::Allow)),
         (
             Verdict::CreatingOpen1,
             vec![
@@ -403,56 +404,10 @@ pub fn filters(create_guard: bool) -> Result<Vec<BpfProgram>, SeccompError> {
                 (JSET_K, SETID_BITS, To::Verdict(Verdict::Eperm), open2_rest),
             ],
         ),
-        (
-            Verdict::SetidModeNotify1,
-            vec![
-                (LD_W_ABS, ARG1_LOW, To::Next, To::Next),
-                (
-                    JSET_K,
-                    SETID_BITS,
-                    To::Verdict(Verdict::Eperm),
-                    To::Verdict(Verdict::Notify),
-                ),
-            ],
-        ),
-        (
-            Verdict::SetidModeNotify2,
-            vec![
-                (LD_W_ABS, ARG2_LOW, To::Next, To::Next),
-                (
-                    JSET_K,
-                    SETID_BITS,
-                    To::Verdict(Verdict::Eperm),
-                    To::Verdict(Verdict::Notify),
-                ),
-            ],
-        ),
-        (
-            Verdict::OpenCreates1,
-            vec![
-                (LD_W_ABS, ARG1_LOW, To::Next, To::Next),
-                (JSET_K, O_PATH, To::Verdict(Verdict::Allow), To::Next),
-                (
-                    JSET_K,
-                    O_CREAT,
-                    To::Verdict(Verdict::Notify),
-                    To::Verdict(Verdict::Allow),
-                ),
-            ],
-        ),
-        (
-            Verdict::OpenCreates2,
-            vec![
-                (LD_W_ABS, ARG2_LOW, To::Next, To::Next),
-                (JSET_K, O_PATH, To::Verdict(Verdict::Allow), To::Next),
-                (
-                    JSET_K,
-                    O_CREAT,
-                    To::Verdict(Verdict::Notify),
-                    To::Verdict(Verdict::Allow),
-                ),
-            ],
-        ),
+        (Verdict::SetidModeNotify1, setid_mode(ARG1_LOW, Verdict::Notify)),
+        (Verdict::SetidModeNotify2, setid_mode(ARG2_LOW, Verdict::Notify)),
+        (Verdict::OpenCreates1, open_creates(ARG1_LOW)),
+        (Verdict::OpenCreates2, open_creates(ARG2_LOW)),
         (Verdict::Allow, vec![allow]),
         (Verdict::Notify, vec![notify]),
         (Verdict::Eperm, vec![eperm]),

@@ -146,23 +146,34 @@ fn block_signals() {
     }
 }
 
+fn one_byte(byte: &mut [u8; 1]) -> libc::iovec {
+    libc::iovec {
+        iov_base: byte.as_mut_ptr() as *mut libc::c_void,
+        iov_len: 1,
+    }
+}
+
+/// A message of one byte (`iov`) with room for one descriptor (`space`,
+/// aligned for a cmsghdr), as the channel carries the seccomp listener.
+fn message(iov: &mut libc::iovec, space: &mut [u64; 8]) -> libc::msghdr {
+    // SAFETY: msghdr is plain data; all-zero is its empty value.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = space.as_mut_ptr() as *mut libc::c_void;
+    msg.msg_controllen = std::mem::size_of_val(space);
+    msg
+}
+
 /// Receives one descriptor sent with SCM_RIGHTS; `None` at EOF or on error.
 fn receive_fd(channel: &OwnedFd) -> Option<OwnedFd> {
     let mut byte = [0u8; 1];
-    let mut iov = libc::iovec {
-        iov_base: byte.as_mut_ptr() as *mut libc::c_void,
-        iov_len: 1,
-    };
-    // Room for one cmsghdr carrying one int, aligned for cmsghdr.
+    let mut iov = one_byte(&mut byte);
     let mut space = [0u64; 8];
-    // SAFETY: a zeroed msghdr pointing at our iovec and control buffer, both
-    // alive for the call; CMSG_* read within the control length the kernel set.
+    // SAFETY: a msghdr pointing at our iovec and control buffer, both alive
+    // for the call; CMSG_* read within the control length the kernel set.
     unsafe {
-        let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = space.as_mut_ptr() as *mut libc::c_void;
-        msg.msg_controllen = std::mem::size_of_val(&space);
+        let mut msg = message(&mut iov, &mut space);
         loop {
             let n = libc::recvmsg(channel.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC);
             if n < 0 && errno().raw_os_error() == Some(libc::EINTR) {
@@ -185,18 +196,12 @@ fn receive_fd(channel: &OwnedFd) -> Option<OwnedFd> {
 /// Sends `fd` with SCM_RIGHTS (the command, to the guard).
 pub(super) fn send_fd(channel: RawFd, fd: RawFd) -> std::io::Result<()> {
     let mut byte = [1u8; 1];
-    let mut iov = libc::iovec {
-        iov_base: byte.as_mut_ptr() as *mut libc::c_void,
-        iov_len: 1,
-    };
+    let mut iov = one_byte(&mut byte);
     let mut space = [0u64; 8];
     // SAFETY: as in `receive_fd`; the control buffer holds one cmsghdr with
     // one int (CMSG_SPACE of 4 bytes is well under its 64).
     unsafe {
-        let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = space.as_mut_ptr() as *mut libc::c_void;
+        let mut msg = message(&mut iov, &mut space);
         msg.msg_controllen = libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) as usize;
         let c = libc::CMSG_FIRSTHDR(&msg);
         (*c).cmsg_level = libc::SOL_SOCKET;
