@@ -803,13 +803,18 @@ fn refused_to_make_protected_paths(
         rec.detail = Some(format!("create guard failed: {why}"));
         return exit::INTERNAL;
     }
-    let said: Vec<String> = refused
+    // `+\tN`: refusals beyond those the guard listed.
+    let (more, refused): (Vec<&String>, Vec<&String>) = refused.into_iter().partition(|l| l.starts_with("+\t"));
+    let mut said: Vec<String> = refused
         .iter()
         .map(|line| {
             let (path, why) = line.split_once('\t').unwrap_or((line.as_str(), "protected"));
             format!("`{path}` ({why})")
         })
         .collect();
+    if let Some(n) = more.first().map(|l| &l[2..]) {
+        said.push(format!("and {n} more"));
+    }
     stderr.push(format!(
         "Sandbox violation: the run tried to make protected paths, and was refused (the command saw \"Operation not permitted\"): {}",
         said.join("; ")

@@ -67,6 +67,8 @@ pub struct SeccompReport {
     /// Calls that make a name, handed to the create guard (a bind-mounted
     /// writable workspace only; empty otherwise).
     pub guarded: Vec<&'static str>,
+    /// Refused only with the create guard (see `seccomp::REFUSED_WITH_THE_GUARD`).
+    pub refused_with_the_guard: Vec<&'static str>,
 }
 
 impl Isolation {
@@ -100,6 +102,11 @@ impl Isolation {
                 x32_refused: cfg!(target_arch = "x86_64"),
                 guarded: if plan.create_guard.is_some() {
                     crate::sandbox::seccomp::GUARDED.to_vec()
+                } else {
+                    Vec::new()
+                },
+                refused_with_the_guard: if plan.create_guard.is_some() {
+                    crate::sandbox::seccomp::REFUSED_WITH_THE_GUARD.to_vec()
                 } else {
                     Vec::new()
                 },

@@ -2764,3 +2764,122 @@ opener.wait()
     assert!(out.contains("OTHER took 0."), "{}", text(&o));
     assert!(o.status.success(), "{}", text(&o));
 }
+
+#[test]
+fn a_command_cannot_add_a_landlock_domain_the_guard_would_not_honour() {
+    // The guard makes names with the sandbox's Landlock domain; a domain the
+    // command added for itself would not bind what the guard makes for it,
+    // so with the guard the command may not add one (EPERM), rather than
+    // believe itself confined.
+    let w = World::new();
+    w.write(
+        "ll.py",
+        r#"
+import ctypes, os, struct
+libc = ctypes.CDLL(None, use_errno=True)
+MAKE_REG = 1 << 8
+attr = struct.pack("QQQ", MAKE_REG, 0, 0)
+fd = libc.syscall(444, ctypes.c_char_p(attr), len(attr), 0)
+libc.prctl(38, 1, 0, 0, 0)
+r = libc.syscall(446, fd, 0)
+print("RESTRICT", r, ctypes.get_errno() if r else 0)
+try:
+    open("made-after", "w").close()
+    print("MADE")
+except OSError as e:
+    print("NOT MADE", e.errno)
+"#,
+    );
+    let o = w.run("python3 ll.py");
+    let out = stdout(&o);
+    assert!(out.contains("RESTRICT -1 1"), "{}", text(&o));
+    assert!(out.contains("MADE"), "{}", text(&o));
+    // Control: outside, the domain binds the same open.
+    let _ = std::fs::remove_file(w.ws.join("made-after"));
+    let c = w.control("python3 ll.py");
+    assert!(
+        stdout(&c).contains("RESTRICT 0 0") && stdout(&c).contains("NOT MADE 13"),
+        "control: {}",
+        text(&c)
+    );
+}
+
+#[test]
+fn an_undumpable_process_makes_files_and_its_memory_stays_its_own() {
+    // ssh-agent makes itself undumpable: the guard (which reads a caller's
+    // memory to learn its path) still serves it, and still reaches no other
+    // process: another process's memory read through the guard (an O_CREAT
+    // open of /proc/PID/mem) is refused as the kernel refuses it outside.
+    let w = World::new();
+    w.write(
+        "nd.py",
+        r#"
+import ctypes, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+r, wr = os.pipe()
+child = os.fork()
+if child == 0:
+    libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
+    secret = b"undumpable-secret-" + b"x" * 16
+    open("made-by-undumpable", "w").write("ok")
+    os.write(wr, b"1")
+    time.sleep(3)
+    os._exit(0)
+os.close(wr)
+if os.read(r, 1) != b"1":
+    print("CHILD FAILED")
+try:
+    fd = os.open("/proc/%d/mem" % child, os.O_RDONLY | os.O_CREAT)
+    print("OPENED OTHER MEM")
+except OSError as e:
+    print("NO OTHER MEM", e.errno)
+os.kill(child, 9)
+os.waitpid(child, 0)
+"#,
+    );
+    let o = w.run("python3 nd.py");
+    let out = stdout(&o);
+    assert_eq!(
+        std::fs::read_to_string(w.ws.join("made-by-undumpable")).unwrap_or_default(),
+        "ok",
+        "{}",
+        text(&o)
+    );
+    assert!(out.contains("NO OTHER MEM 13"), "{}", text(&o));
+    // ssh-agent, which makes itself undumpable before it makes its socket.
+    w.write(
+        "agent.sh",
+        "eval \"$(ssh-agent -s)\" >/dev/null && echo AGENT && ssh-agent -k >/dev/null\n",
+    );
+    let a = w.run("bash agent.sh");
+    assert!(stdout(&a).contains("AGENT"), "{}", text(&a));
+    // Control: outside, an opener that may trace (root) reads that memory,
+    // which the guard, a thread with CAP_SYS_PTRACE, could too; anyone else
+    // is refused.
+    let c = w.control("python3 nd.py");
+    let want = if is_root() {
+        "OPENED OTHER MEM"
+    } else {
+        "NO OTHER MEM 13"
+    };
+    assert!(stdout(&c).contains(want), "control: {}", text(&c));
+}
+
+#[test]
+fn a_repository_made_at_the_top_while_the_run_lasts_does_not_stay() {
+    // The guard refuses a `.git` at the top of a workspace that had none;
+    // one made by anything it does not see (here the host, as a writer
+    // outside the sandbox would) is moved aside after the run.
+    let w = World::new();
+    let child = w.run_command("sleep 1.5").spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    host_git(&w, &["init", "-q"]);
+    let status = child.wait_with_output().unwrap().status;
+    assert_eq!(status.code(), Some(77));
+    assert!(!exists(&w.ws.join(".git")), ".git stayed");
+    assert_eq!(
+        names_containing(&w.ws, ".git.tether-quarantine").len(),
+        1,
+        "moved aside, not lost"
+    );
+}

@@ -83,6 +83,10 @@ pub const REFUSED: &[(i64, &str)] = &[
 ];
 
 const TIOCSTI: u64 = 0x5412;
+/// ioctls that make a directory by name, past every system call the create
+/// guard sees: btrfs' subvolume and snapshot creation (`_IOW(0x94, n, 4096
+/// bytes)`, n = 1, 14, 23, 24) and bcachefs' (`_IOW(0xbc, 16, 32 bytes)`).
+const NAME_MAKING_IOCTLS: &[u32] = &[0x5000_9401, 0x5000_940e, 0x5000_9417, 0x5000_9418, 0x4020_bc10];
 const TIOCLINUX: u64 = 0x541C;
 const NAMESPACE_FLAGS: &[u64] = &[
     libc::CLONE_NEWUSER as u64,
@@ -155,6 +159,9 @@ enum Verdict {
     NamespaceFlags,
     /// Refused for TIOCSTI and TIOCLINUX in argument 1.
     Ioctl,
+    /// With the create guard: `Ioctl`, and the ioctls that make a directory
+    /// by name ([`NAME_MAKING_IOCTLS`]) refused too.
+    IoctlGuarded,
     /// Allowed only for personality(0) and personality(0xffffffff).
     Personality,
     /// Refused if the mode in argument 1 (chmod, fchmod, creat, mknod) or 2
@@ -187,6 +194,12 @@ pub const GUARDED: &[&str] = &[
     "link/linkat",
     "rename/renameat/renameat2",
     "bind (a unix socket's name)",
+];
+
+/// Refused with the create guard only, with why.
+pub const REFUSED_WITH_THE_GUARD: &[&str] = &[
+    "btrfs and bcachefs subvolume and snapshot creation (ioctls that make a directory by name, which the guard would not see)",
+    "landlock_restrict_self (a domain of the command's own, which the guard, making names for it, could not honour)",
 ];
 
 /// The system calls the table names, sorted by number.
@@ -242,6 +255,12 @@ fn table(guard: bool) -> Vec<(u32, Verdict)> {
         #[cfg(target_arch = "x86_64")]
         for nr in [libc::SYS_mkdir, libc::SYS_symlink, libc::SYS_link, libc::SYS_rename] {
             t.push((nr as u32, Verdict::Notify));
+        }
+        t.push((libc::SYS_landlock_restrict_self as u32, Verdict::Eperm));
+        for (nr, v) in t.iter_mut() {
+            if *nr == libc::SYS_ioctl as u32 {
+                *v = Verdict::IoctlGuarded;
+            }
         }
     }
     t.sort_unstable_by_key(|e| e.0);
@@ -371,6 +390,19 @@ pub fn filters(create_guard: bool) -> Result<Vec<BpfProgram>, SeccompError> {
                 ),
             ],
         ),
+        (Verdict::IoctlGuarded, {
+            let mut b = vec![
+                (LD_W_ABS, ARG1_LOW, To::Next, To::Next),
+                (JEQ_K, TIOCSTI as u32, To::Verdict(Verdict::Eperm), To::Next),
+                (JEQ_K, TIOCLINUX as u32, To::Verdict(Verdict::Eperm), To::Next),
+            ];
+            for (i, req) in NAME_MAKING_IOCTLS.iter().enumerate() {
+                let last = i + 1 == NAME_MAKING_IOCTLS.len();
+                let otherwise = if last { To::Verdict(Verdict::Allow) } else { To::Next };
+                b.push((JEQ_K, *req, To::Verdict(Verdict::Eperm), otherwise));
+            }
+            b
+        }),
         (
             Verdict::Personality,
             vec![
@@ -753,6 +785,20 @@ mod tests {
         assert_eq!(call(libc::SYS_openat, [3, 0, 0o2, 0o4755, 0, 0]), allow);
         assert_eq!(call(libc::SYS_openat, [3, 0, 0, 0, 0, 0]), allow);
         assert_eq!(call(libc::SYS_openat, [3, 0, 0o10000000 | 0o100, 0, 0, 0]), allow);
+        // Directories made by an ioctl, and a Landlock domain of the command's own.
+        for req in NAME_MAKING_IOCTLS {
+            assert_eq!(call(libc::SYS_ioctl, [3, u64::from(*req), 0, 0, 0, 0]), eperm);
+            assert_eq!(
+                eval(
+                    &plain[0],
+                    &data(AUDIT_ARCH, libc::SYS_ioctl as u32, [3, u64::from(*req), 0, 0, 0, 0])
+                ),
+                allow
+            );
+        }
+        assert_eq!(call(libc::SYS_ioctl, [3, TIOCSTI, 0, 0, 0, 0]), eperm);
+        assert_eq!(call(libc::SYS_ioctl, [1, 0x5413, 0, 0, 0, 0]), allow);
+        assert_eq!(call(libc::SYS_landlock_restrict_self, [3, 0, 0, 0, 0, 0]), eperm);
         assert_eq!(call(libc::SYS_mknodat, [3, 0, 0o10644, 0, 0, 0]), notify);
         assert_eq!(call(libc::SYS_mknodat, [3, 0, 0o14755, 0, 0, 0]), eperm);
         for nr in [

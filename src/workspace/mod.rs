@@ -1019,14 +1019,11 @@ pub fn enforce_protected(root: &Path, before: &ProtectedSnapshot, state: &Path) 
         }
         match (was, now) {
             (None, Some(_)) => {
-                // Created by the run. `.git` itself is not protected (only its
-                // control files), so a new repository keeps its objects; a new
-                // `.git` that is a symlink, or a file (`gitdir: DIR`), would
-                // point git at a configuration never checked.
-                let dir = std::fs::symlink_metadata(&p).is_ok_and(|m| m.is_dir());
-                if rel == git && dir {
-                    continue;
-                }
+                // Created by the run (past the create guard, which refuses
+                // them while it runs: another writer, or a kernel feature it
+                // does not see). A `.git` at the top of a workspace that had
+                // none goes too, whatever it is: an index there names
+                // repositories whose config the host's git obeys.
                 move_aside(rel, &p, "created protected path", &mut violations);
             }
             (Some(id), _) if rel == git => {

@@ -28,11 +28,17 @@
 //!    (`SECCOMP_IOCTL_NOTIF_ADDFD`).
 //!
 //! The guard makes entries with the command's rights, no more: the same uid
-//! and gid, no capabilities (dropped for this thread), the same Landlock
-//! domain (init confines itself before it forks the command, and this
-//! thread is started after), the command's umask at that moment. If the
-//! guard fails or dies, every such call fails (ENOSYS): nothing is made
-//! unjudged.
+//! and gid, the same Landlock domain (init confines itself before it forks
+//! the command, and this thread is started after), the command's umask at
+//! that moment, and no capability but CAP_SYS_PTRACE, to read a caller that
+//! made itself undumpable (ssh-agent). That one reaches only the caller:
+//! `/proc` entries of any other process are refused, which also keeps init's
+//! (this thread's own process) out of reach. A domain the command would add
+//! for itself could not bind what the guard makes for it, so
+//! `landlock_restrict_self` is refused with the guard (seccomp), as are the
+//! ioctls that make a directory by name (btrfs and bcachefs subvolumes). If
+//! the guard fails, it stops the sandbox and says why: nothing is made
+//! unjudged, and nothing waits forever.
 //!
 //! Cost: a round trip to this thread per name made, tens of microseconds;
 //! opens without `O_CREAT`, reads and writes never come here.
@@ -65,11 +71,19 @@ pub(super) fn spawn(guard: CreateGuard, channel: OwnedFd, report: OwnedFd) -> st
             // This thread only: init's main thread keeps what it needs for
             // the namespaces. capset acts on the calling thread.
             let mut report = std::fs::File::from(report);
-            use caps::CapSet;
-            for set in [CapSet::Effective, CapSet::Permitted, CapSet::Inheritable] {
-                if let Err(e) = caps::clear(None, set) {
-                    return stop_the_sandbox(&mut report, &format!("dropping its capabilities: {e}"));
-                }
+            // All but CAP_SYS_PTRACE, for this thread only (capset acts on
+            // the calling thread): with it the guard reads the memory, the
+            // working directory and the descriptors of a caller that made
+            // itself undumpable (ssh-agent does), as that caller could
+            // itself. It reaches no other process: `/proc` entries of any
+            // process but the caller are refused (see `is_foreign_proc`).
+            use caps::{CapSet, Capability};
+            let keep: caps::CapsHashSet = [Capability::CAP_SYS_PTRACE].into_iter().collect();
+            let dropped = caps::set(None, CapSet::Effective, &keep)
+                .and_then(|()| caps::set(None, CapSet::Permitted, &keep))
+                .and_then(|()| caps::clear(None, CapSet::Inheritable));
+            if let Err(e) = dropped {
+                return stop_the_sandbox(&mut report, &format!("dropping its capabilities: {e}"));
             }
             // A working directory (and umask) of its own: `bind` names a
             // socket relative to it (see `Guard::bind`).
@@ -342,6 +356,11 @@ impl Guard {
                     // guard is done. Without this check it would spin.
                     libc::ENOENT => {
                         if self.nobody_left() {
+                            if self.reported > REPORTED_MAX {
+                                // `+\tN`: refusals not listed.
+                                let more = self.reported - REPORTED_MAX;
+                                let _ = self.report.write_all(format!("+\t{more}\n").as_bytes());
+                            }
                             return Ok(());
                         }
                         continue;
@@ -471,9 +490,9 @@ impl Guard {
     /// Opens what a magic link at `place` names (an open file of a process
     /// of the sandbox, or its working directory): through an `O_PATH`
     /// descriptor the guard checked, never init's own entries.
-    fn open_magic(&self, place: &Place, flags: i32, mode: u64) -> Result<Opened, Errno> {
+    fn open_magic(&self, c: &Caller, place: &Place, flags: i32, mode: u64) -> Result<Opened, Errno> {
         let via = open_path(Some(&place.dir), &place.c_name(), 0)?;
-        if self.is_init_proc_dir(&via) {
+        if self.is_foreign_proc(c, &via) {
             return Err(libc::EACCES);
         }
         if is_fifo(&via) {
@@ -595,7 +614,7 @@ impl Guard {
                 Err(libc::ELOOP) if flags & (libc::O_NOFOLLOW | libc::O_EXCL) == 0 => {
                     if self.magic_link(&place)? {
                         // A /proc magic link: it names an open file, nothing is made.
-                        return self.open_magic(&place, flags, mode);
+                        return self.open_magic(c, &place, flags, mode);
                     }
                     place = self.follow(c, place, &mut links)?;
                 }
@@ -676,7 +695,7 @@ impl Guard {
                 if self.magic_link(&from)? {
                     // Linked through the O_PATH descriptor the guard checked.
                     let via = open_path(Some(&from.dir), &from.c_name(), 0)?;
-                    if self.is_init_proc_dir(&via) {
+                    if self.is_foreign_proc(c, &via) {
                         return Err(libc::EACCES);
                     }
                     let again = cstr(format!("/proc/self/fd/{}", via.as_raw_fd()));
@@ -790,14 +809,15 @@ impl Guard {
                 return Err(last());
             }
             let mut sun: libc::sockaddr_un = std::mem::zeroed();
-            if name.len() >= sun.sun_path.len() {
+            // As the kernel: a name may fill sun_path, NUL-less.
+            if name.len() > sun.sun_path.len() {
                 return Err(libc::ENAMETOOLONG);
             }
             sun.sun_family = libc::AF_UNIX as libc::sa_family_t;
             for (d, b) in sun.sun_path.iter_mut().zip(name) {
                 *d = *b as libc::c_char;
             }
-            let used = std::mem::size_of::<libc::sa_family_t>() + name.len() + 1;
+            let used = std::mem::size_of::<libc::sa_family_t>() + (name.len() + 1).min(sun.sun_path.len());
             let r = check(libc::bind(
                 sock.as_raw_fd(),
                 &sun as *const libc::sockaddr_un as *const libc::sockaddr,
@@ -817,7 +837,12 @@ impl Guard {
         // SAFETY: pidfd_open of the calling thread; the descriptor is owned below.
         let mut pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, c.tid, PIDFD_THREAD) };
         if pidfd < 0 && last() == libc::EINVAL {
-            if c.tid != c.tgid {
+            // The process's table is the thread's unless it unshared it.
+            const KCMP_FILES: libc::c_int = 2;
+            // SAFETY: kcmp of two tasks' file tables, integer arguments only.
+            let same =
+                c.tid == c.tgid || unsafe { libc::syscall(libc::SYS_kcmp, c.tid, c.tgid, KCMP_FILES, 0, 0) } == 0;
+            if !same {
                 return Err(libc::EPERM);
             }
             // SAFETY: as above, for the process.
@@ -1015,7 +1040,7 @@ impl Guard {
             None => (&b"."[..], trimmed),
         };
         let dir = self.walk(c, start, dir_part, links)?;
-        if self.is_init_proc_dir(&dir) {
+        if self.is_foreign_proc(c, &dir) {
             return Err(libc::EACCES);
         }
         Ok(Place {
@@ -1025,11 +1050,13 @@ impl Guard {
         })
     }
 
-    /// Whether `fd` is a directory of init's in procfs (`/proc/1`, the
-    /// guard's own task, anything below): init holds capabilities in the
-    /// namespace and its memory and descriptors are not the command's to
-    /// reach through the guard, which (a thread of init) could.
-    fn is_init_proc_dir(&self, fd: &OwnedFd) -> bool {
+    /// Whether `fd` is in procfs below another process than the caller
+    /// (`/proc/PID/...` whose PID is not of the caller's thread group, or a
+    /// procfs the sandbox does not know). The guard (a thread of init, with
+    /// CAP_SYS_PTRACE) could reach what the caller may not: init's memory
+    /// and descriptors, an undumpable process's. Nothing the guard is asked
+    /// to open or make there makes sense for another process anyway.
+    fn is_foreign_proc(&self, c: &Caller, fd: &OwnedFd) -> bool {
         if !is_procfs(fd) {
             return false;
         }
@@ -1037,17 +1064,23 @@ impl Guard {
             return true;
         };
         let mut parts = p.components().skip(1);
-        let (Some(top), Some(pid)) = (parts.next(), parts.next()) else {
-            return false;
+        let (Some(top), pid) = (parts.next(), parts.next()) else {
+            return true;
         };
         if top.as_os_str() != "proc" {
             // procfs mounted elsewhere: the sandbox has one, at /proc.
             return true;
         }
-        match pid.as_os_str().to_str().and_then(|s| s.parse::<i32>().ok()) {
-            Some(n) => self.own.contains(&n) || tgid_of(n).is_none_or(|t| self.own.contains(&t)),
-            None => false,
+        match pid.map(|p| p.as_os_str().to_str().and_then(|s| s.parse::<i32>().ok())) {
+            Some(Some(n)) => !self.of_caller(c, n),
+            // /proc itself, /proc/sys...: no process's.
+            _ => false,
         }
+    }
+
+    /// Whether `pid` is the caller's process or one of its threads (never init's).
+    fn of_caller(&self, c: &Caller, pid: i32) -> bool {
+        !self.own.contains(&pid) && (pid == c.tgid || tgid_of(pid) == Some(c.tgid))
     }
 
     /// The place a symlink at `place` leads to (its target read here,
@@ -1122,7 +1155,7 @@ impl Guard {
                 }
                 // init's own entries: init holds capabilities in the namespace.
                 if let Some(pid) = std::str::from_utf8(&part).ok().and_then(|s| s.parse::<i32>().ok()) {
-                    if self.own.contains(&pid) || self.own.contains(&tgid_of(pid).unwrap_or(0)) {
+                    if !self.of_caller(c, pid) {
                         return Err(libc::EACCES);
                     }
                 }
@@ -1130,7 +1163,7 @@ impl Guard {
             let name = CString::new(part.clone()).map_err(|_| libc::EINVAL)?;
             match openat2_path(&cur, &name, libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS) {
                 Ok(fd) => {
-                    if self.is_init_proc_dir(&fd) {
+                    if self.is_foreign_proc(c, &fd) {
                         return Err(libc::EACCES);
                     }
                     cur = fd
@@ -1147,7 +1180,7 @@ impl Guard {
                     };
                     if self.magic_link(&here)? {
                         cur = open_path(Some(&cur), &name, 0)?;
-                        if self.is_init_proc_dir(&cur) {
+                        if self.is_foreign_proc(c, &cur) {
                             return Err(libc::EACCES);
                         }
                         continue;
@@ -1345,6 +1378,11 @@ fn is_proc_root(fd: &OwnedFd) -> bool {
 /// The path of an open directory, as this mount namespace shows it.
 fn dir_path(fd: &OwnedFd) -> Option<PathBuf> {
     let p = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()?;
-    // A directory removed meanwhile: not a place anything can be made.
-    (!p.as_os_str().as_bytes().ends_with(b" (deleted)")).then_some(p)
+    // A directory removed meanwhile: where it was (nothing can be made in
+    // it; the kernel answers ENOENT).
+    let b = p.as_os_str().as_bytes();
+    Some(match b.strip_suffix(b" (deleted)") {
+        Some(kept) => PathBuf::from(OsStr::from_bytes(kept)),
+        None => p,
+    })
 }
