@@ -196,6 +196,17 @@ pub const GUARDED: &[&str] = &[
     "bind (a unix socket's name)",
 ];
 
+/// The calls that go to the guard whatever their arguments (the opens,
+/// creat and mknod go by their flags and mode; see `table`).
+const ALWAYS_GUARDED: &[i64] = &[
+    libc::SYS_mkdirat,
+    libc::SYS_symlinkat,
+    libc::SYS_linkat,
+    libc::SYS_renameat,
+    libc::SYS_renameat2,
+    libc::SYS_bind,
+];
+
 /// Refused with the create guard only, with why.
 pub const REFUSED_WITH_THE_GUARD: &[&str] = &[
     "btrfs and bcachefs subvolume and snapshot creation (ioctls that make a directory by name, which the guard would not see)",
@@ -242,15 +253,8 @@ fn table(guard: bool) -> Vec<(u32, Verdict)> {
                 };
             }
         }
-        for nr in [
-            libc::SYS_mkdirat,
-            libc::SYS_symlinkat,
-            libc::SYS_linkat,
-            libc::SYS_renameat,
-            libc::SYS_renameat2,
-            libc::SYS_bind,
-        ] {
-            t.push((nr as u32, Verdict::Notify));
+        for nr in ALWAYS_GUARDED {
+            t.push((*nr as u32, Verdict::Notify));
         }
         #[cfg(target_arch = "x86_64")]
         for nr in [libc::SYS_mkdir, libc::SYS_symlink, libc::SYS_link, libc::SYS_rename] {
@@ -801,14 +805,7 @@ mod tests {
         assert_eq!(call(libc::SYS_landlock_restrict_self, [3, 0, 0, 0, 0, 0]), eperm);
         assert_eq!(call(libc::SYS_mknodat, [3, 0, 0o10644, 0, 0, 0]), notify);
         assert_eq!(call(libc::SYS_mknodat, [3, 0, 0o14755, 0, 0, 0]), eperm);
-        for nr in [
-            libc::SYS_mkdirat,
-            libc::SYS_symlinkat,
-            libc::SYS_linkat,
-            libc::SYS_renameat,
-            libc::SYS_renameat2,
-            libc::SYS_bind,
-        ] {
+        for &nr in ALWAYS_GUARDED {
             assert_eq!(call(nr, [0; 6]), notify, "nr {nr}");
         }
         #[cfg(target_arch = "x86_64")]

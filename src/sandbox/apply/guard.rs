@@ -872,17 +872,7 @@ impl Guard {
         if len == 0 {
             return Ok(buf);
         }
-        let local = libc::iovec {
-            iov_base: buf.as_mut_ptr() as *mut libc::c_void,
-            iov_len: len,
-        };
-        let remote = libc::iovec {
-            iov_base: addr as *mut libc::c_void,
-            iov_len: len,
-        };
-        // SAFETY: reads at most `len` bytes into our buffer of that length.
-        let n = unsafe { libc::process_vm_readv(c.tid, &local, 1, &remote, 1, 0) };
-        if n != len as isize {
+        if read_memory(c.tid, addr, &mut buf) != len as isize {
             return Err(libc::EFAULT);
         }
         if !self.still_waiting(c) {
@@ -970,16 +960,7 @@ impl Guard {
         while out.len() < PATH_MAX {
             let page_left = 4096 - (at % 4096) as usize;
             let want = page_left.min(PATH_MAX - out.len());
-            let local = libc::iovec {
-                iov_base: buf.as_mut_ptr() as *mut libc::c_void,
-                iov_len: want,
-            };
-            let remote = libc::iovec {
-                iov_base: at as *mut libc::c_void,
-                iov_len: want,
-            };
-            // SAFETY: reads at most `want` bytes into our buffer of PATH_MAX.
-            let n = unsafe { libc::process_vm_readv(c.tid, &local, 1, &remote, 1, 0) };
+            let n = read_memory(c.tid, at, &mut buf[..want]);
             if n <= 0 {
                 return Err(match last() {
                     libc::ESRCH => libc::ESRCH,
@@ -1198,6 +1179,22 @@ impl Guard {
         }
         Ok(cur)
     }
+}
+
+/// Reads `buf.len()` bytes at `addr` in thread `tid`'s memory: the count
+/// read (fewer at an unmapped page), or -1.
+fn read_memory(tid: i32, addr: u64, buf: &mut [u8]) -> isize {
+    let local = libc::iovec {
+        iov_base: buf.as_mut_ptr() as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
+    let remote = libc::iovec {
+        iov_base: addr as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
+    // SAFETY: reads at most `buf.len()` bytes into `buf`; the remote range
+    // is the caller's, checked by the kernel.
+    unsafe { libc::process_vm_readv(tid, &local, 1, &remote, 1, 0) }
 }
 
 fn components(path: &[u8]) -> VecDeque<Vec<u8>> {
