@@ -557,7 +557,7 @@ impl Guard {
     fn open_inner(&mut self, c: &Caller, dirfd: i32, path: u64, flags: i32, mode: u32) -> Result<Opened, Errno> {
         let path = self.read_path(c, path)?;
         let start = self.start(c, dirfd, &path)?;
-        self.set_umask(c)?;
+        take_umask(c);
         let mut links = 0;
         let mut place = self.place(c, &start, &path, &mut links)?;
         // What openat2 accepts of what open(2) would (it refuses unknown bits
@@ -623,11 +623,16 @@ impl Guard {
         }
     }
 
-    fn mkdir(&mut self, c: &Caller, dirfd: i32, path: u64, mode: u32) -> Result<i64, Errno> {
-        let path = self.read_path(c, path)?;
+    /// The place the caller's path at `addr` names, from `dirfd`.
+    fn placed(&self, c: &Caller, dirfd: i32, addr: u64) -> Result<Place, Errno> {
+        let path = self.read_path(c, addr)?;
         let start = self.start(c, dirfd, &path)?;
-        self.set_umask(c)?;
-        let place = self.place(c, &start, &path, &mut 0)?;
+        self.place(c, &start, &path, &mut 0)
+    }
+
+    fn mkdir(&mut self, c: &Caller, dirfd: i32, path: u64, mode: u32) -> Result<i64, Errno> {
+        let place = self.placed(c, dirfd, path)?;
+        take_umask(c);
         self.refuse_if_protected(&place, Making::Directory)?;
         let name = place.c_name();
         // SAFETY: mkdirat relative to a descriptor we own, NUL-terminated name.
@@ -635,10 +640,8 @@ impl Guard {
     }
 
     fn mknod(&mut self, c: &Caller, dirfd: i32, path: u64, mode: u32, dev: u64) -> Result<i64, Errno> {
-        let path = self.read_path(c, path)?;
-        let start = self.start(c, dirfd, &path)?;
-        self.set_umask(c)?;
-        let place = self.place(c, &start, &path, &mut 0)?;
+        let place = self.placed(c, dirfd, path)?;
+        take_umask(c);
         self.refuse_if_protected(&place, Making::Other)?;
         let name = place.c_name();
         // SAFETY: mknodat relative to a descriptor we own, NUL-terminated name.
@@ -647,9 +650,7 @@ impl Guard {
 
     fn symlink(&mut self, c: &Caller, target: u64, dirfd: i32, path: u64) -> Result<i64, Errno> {
         let target = CString::new(self.read_path(c, target)?).map_err(|_| libc::EINVAL)?;
-        let path = self.read_path(c, path)?;
-        let start = self.start(c, dirfd, &path)?;
-        let place = self.place(c, &start, &path, &mut 0)?;
+        let place = self.placed(c, dirfd, path)?;
         self.refuse_if_protected(&place, Making::Other)?;
         let name = place.c_name();
         // SAFETY: symlinkat with two NUL-terminated strings and a descriptor we own.
@@ -757,8 +758,8 @@ impl Guard {
 
     /// bind: a unix socket's name is made like a file's. The guard binds the
     /// caller's own socket (a copy of its descriptor, `pidfd_getfd`) to the
-    /// address it copied; a pathname goes through the directory the guard
-    /// resolved (`/proc/self/fd/DIR/NAME`), like every other name.
+    /// address it copied; a pathname is judged like every other name and
+    /// bound relative to the directory the guard resolved.
     fn bind(&mut self, c: &Caller, sockfd: i32, addr: u64, len: u32) -> Result<i64, Errno> {
         let len = len as usize;
         if len > std::mem::size_of::<libc::sockaddr_storage>() {
@@ -766,12 +767,7 @@ impl Guard {
         }
         let raw = self.copy_bytes(c, addr, len)?;
         let sock = self.their_fd(c, sockfd)?;
-        // SAFETY: fstat into a zeroed stat for a descriptor we own.
-        let is_socket = unsafe {
-            let mut st: libc::stat = std::mem::zeroed();
-            libc::fstat(sock.as_raw_fd(), &mut st) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFSOCK
-        };
-        if !is_socket {
+        if fstat(&sock).is_none_or(|st| st.st_mode & libc::S_IFMT != libc::S_IFSOCK) {
             return Err(libc::ENOTSOCK);
         }
         let family = raw.get(..2).map(|f| u16::from_ne_bytes([f[0], f[1]]));
@@ -793,7 +789,7 @@ impl Guard {
             }
         };
         let start = self.start(c, libc::AT_FDCWD, path)?;
-        self.set_umask(c)?;
+        take_umask(c);
         let place = self.place(c, &start, path, &mut 0)?;
         self.refuse_if_protected(&place, Making::Other)?;
         let name = place.c_name();
@@ -926,14 +922,6 @@ impl Guard {
     }
 
     // ---- resolving, as the kernel would for the caller ----
-
-    /// The caller's umask, made ours for the next entry (init's threads
-    /// share one; init makes nothing any more).
-    fn set_umask(&self, c: &Caller) -> Result<(), Errno> {
-        // SAFETY: umask takes a mode and cannot fail.
-        unsafe { libc::umask(c.umask as libc::mode_t) };
-        Ok(())
-    }
 
     /// Copies a NUL-terminated path out of the caller's memory, a page at a
     /// time (a page beyond may be unmapped), then checks that the caller is
@@ -1197,6 +1185,13 @@ fn read_memory(tid: i32, addr: u64, buf: &mut [u8]) -> isize {
     unsafe { libc::process_vm_readv(tid, &local, 1, &remote, 1, 0) }
 }
 
+/// The caller's umask, made the guard's for the next entry (the guard's
+/// own: it unshared its filesystem context).
+fn take_umask(c: &Caller) {
+    // SAFETY: umask takes a mode and cannot fail.
+    unsafe { libc::umask(c.umask as libc::mode_t) };
+}
+
 fn components(path: &[u8]) -> VecDeque<Vec<u8>> {
     path.split(|b| *b == b'/')
         .filter(|p| !p.is_empty())
@@ -1345,12 +1340,16 @@ fn is_symlink(place: &Place) -> bool {
     stat_at(place).is_some_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFLNK)
 }
 
-fn is_fifo(fd: &OwnedFd) -> bool {
+fn fstat(fd: &OwnedFd) -> Option<libc::stat> {
     // SAFETY: fstat into a zeroed stat for a descriptor we own.
     unsafe {
         let mut st: libc::stat = std::mem::zeroed();
-        libc::fstat(fd.as_raw_fd(), &mut st) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFIFO
+        (libc::fstat(fd.as_raw_fd(), &mut st) == 0).then_some(st)
     }
+}
+
+fn is_fifo(fd: &OwnedFd) -> bool {
+    fstat(fd).is_some_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFIFO)
 }
 
 fn is_procfs(fd: &OwnedFd) -> bool {
@@ -1363,13 +1362,7 @@ fn is_procfs(fd: &OwnedFd) -> bool {
 
 fn is_proc_root(fd: &OwnedFd) -> bool {
     // procfs' root directory is inode 1.
-    is_procfs(fd) && {
-        // SAFETY: fstat into a zeroed stat for a descriptor we own.
-        unsafe {
-            let mut st: libc::stat = std::mem::zeroed();
-            libc::fstat(fd.as_raw_fd(), &mut st) == 0 && st.st_ino == 1
-        }
-    }
+    is_procfs(fd) && fstat(fd).is_some_and(|st| st.st_ino == 1)
 }
 
 /// The path of an open directory, as this mount namespace shows it.
