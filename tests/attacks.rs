@@ -1657,17 +1657,33 @@ fn init_keeps_no_descriptor_of_the_launchers() {
     // its own. Seen from the host while the command runs.
     let w = World::new();
     host_git(&w, &["init", "-q"]);
-    let mut child = w.run_command("touch during.txt; sleep 1").spawn().unwrap();
+    let mut child = w.run_command("touch during.txt; sleep 3").spawn().unwrap();
     wait_for(&w.ws.join("during.txt"));
     let children = std::fs::read_to_string(format!("/proc/{}/task/{}/children", child.id(), child.id())).unwrap();
     let init: u32 = children.split_whitespace().next().expect("init runs").parse().unwrap();
-    match std::fs::read_dir(format!("/proc/{init}/fd")) {
-        Ok(rd) => {
-            let targets: Vec<String> = rd
-                .flatten()
-                .filter_map(|e| std::fs::read_link(e.path()).ok())
-                .map(|t| t.display().to_string())
-                .collect();
+    let read_targets = || -> std::io::Result<Vec<String>> {
+        Ok(std::fs::read_dir(format!("/proc/{init}/fd"))?
+            .flatten()
+            .filter_map(|e| std::fs::read_link(e.path()).ok())
+            .map(|t| t.display().to_string())
+            .collect())
+    };
+    // The file appears while the create guard (a thread of init) is still
+    // serving touch's open, holding the directory and the file for it: read
+    // again until it is done (the command then only sleeps). What init kept
+    // of the launcher would stay and fail the count.
+    let mut targets = read_targets();
+    for _ in 0..50 {
+        match &targets {
+            Ok(t) if t.len() > 8 => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                targets = read_targets();
+            }
+            _ => break,
+        }
+    }
+    match targets {
+        Ok(targets) => {
             let state = w.state.display().to_string();
             assert!(
                 !targets.iter().any(|t| t.starts_with(&state)),
