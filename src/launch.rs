@@ -401,23 +401,13 @@ fn refused_for_protected_paths(
 }
 
 /// A policy file named through a symlink in the workspace: a run could point
-/// the link at a policy of its own for the next run (the file itself is
-/// read-only inside, a link cannot be made so).
+/// the link at a policy of its own for the next run (the file itself and its
+/// directories are pinned read-only inside, a link cannot be made so).
 /// `loaded`: the files as `load_policy` resolved them, in the order named.
 fn policy_through_a_workspace_link(req: &Request, loaded: &[PathBuf]) -> Option<String> {
     req.policies.iter().zip(loaded).find_map(|(f, real)| {
         let named = std::path::absolute(f).ok()?;
-        if *real == named {
-            return None;
-        }
-        // Where the link that leads into the workspace is: named there, or
-        // a link outside naming a path there that is not the file itself.
-        let hop = std::fs::read_link(&named)
-            .ok()
-            .map(|t| named.parent().map_or(t.clone(), |d| d.join(&t)));
-        let through_workspace = named.starts_with(&req.workspace)
-            || hop.is_some_and(|h| h.starts_with(&req.workspace) && std::path::absolute(&h).ok().as_ref() != Some(real));
-        through_workspace.then(|| {
+        walks_a_link_in(&named, &req.workspace).then(|| {
             format!(
                 "tether-exec: the policy file `{}` is reached through a symlink inside the workspace, which a run could point at a policy of its own; pass `{}` instead, or keep the policy outside the workspace",
                 f.display(),
@@ -425,6 +415,53 @@ fn policy_through_a_workspace_link(req: &Request, loaded: &[PathBuf]) -> Option<
             )
         })
     })
+}
+
+/// Whether resolving `path` (absolute) as the kernel does, component by
+/// component, reads a symlink that lies in `dir`: also one a link outside
+/// leads to, or one reached by `..` (which, unlike a lexical comparison,
+/// does not count a plain `ws/../policy.toml` as passing through `ws`).
+fn walks_a_link_in(path: &Path, dir: &Path) -> bool {
+    use std::path::Component;
+    // What is left to walk, last component first.
+    let mut left: Vec<std::ffi::OsString> = Vec::new();
+    let push = |left: &mut Vec<std::ffi::OsString>, p: &Path| {
+        for c in p.components().rev() {
+            match c {
+                Component::Normal(n) => left.push(n.to_os_string()),
+                Component::ParentDir => left.push("..".into()),
+                Component::CurDir | Component::RootDir | Component::Prefix(_) => {}
+            }
+        }
+    };
+    push(&mut left, path);
+    let mut at = PathBuf::from("/");
+    // The kernel's own bound on links followed in one lookup.
+    let mut links = 0;
+    while let Some(name) = left.pop() {
+        if name == ".." {
+            at.pop();
+            continue;
+        }
+        let next = at.join(&name);
+        match std::fs::read_link(&next) {
+            Ok(target) => {
+                if next.starts_with(dir) {
+                    return true;
+                }
+                links += 1;
+                if links > 40 {
+                    return false;
+                }
+                if target.is_absolute() {
+                    at = PathBuf::from("/");
+                }
+                push(&mut left, &target);
+            }
+            Err(_) => at = next,
+        }
+    }
+    false
 }
 
 fn plan_for(

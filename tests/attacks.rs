@@ -2150,6 +2150,25 @@ fn a_policy_named_through_a_symlink_in_the_workspace_is_refused() {
     );
     let o = w.tx(&["run", "--policy", "cfg/real.toml", "--", "/bin/true"]);
     assert!(o.status.success(), "{}", text(&o));
+    // A linked directory on the way, and a link outside leading to the link inside.
+    std::os::unix::fs::symlink("cfg", w.ws.join("cfglink")).unwrap();
+    let outside = w.outside.join("via.toml");
+    std::os::unix::fs::symlink(w.ws.join("policy.toml"), &outside).unwrap();
+    for named in [
+        "cfglink/real.toml",
+        "./cfg/../cfglink/real.toml",
+        outside.to_str().unwrap(),
+    ] {
+        let o = w.tx(&["run", "--policy", named, "--", "/bin/true"]);
+        assert_eq!(o.status.code(), Some(125), "{named}: {}", text(&o));
+    }
+    // `..` is no link: a policy beside the workspace, named from inside it,
+    // and a path that leaves a directory and comes back.
+    std::fs::write(w.root.path().join("beside.toml"), "version = 1\ndefault = \"allow\"\n").unwrap();
+    for named in ["../beside.toml", "cfg/../cfg/real.toml"] {
+        let o = w.tx(&["run", "--policy", named, "--", "/bin/true"]);
+        assert!(o.status.success(), "{named}: {}", text(&o));
+    }
     // Control: what a run could do to the link.
     let c = w.control("printf 'version = 1\\n' > evil.toml && ln -sf evil.toml policy.toml");
     assert!(c.status.success(), "{}", text(&c));
