@@ -3,7 +3,9 @@
 # against the hold (which runs the command once, confined, as a preview),
 # the approve and the resume (which lands the preview) of the same command,
 # each timed as its own process in the same rounds, as a harness sees it
-# (until its output pipes close and its exit status is collected).
+# (until its output pipes close and its exit status is collected). As the
+# Python integration does, every run and resume writes a receipt (a new file
+# each call); approve is the operator's and writes none.
 #   scripts/bench-approvals.sh        (N=40 rounds by default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,11 +30,11 @@ def timed(*args, expect=0):
     return dt
 plain, hold, approve, resume = [], [], [], []
 for i in range(n + 3):
-    p = timed("run", "-c", f"touch plain{i}")
-    h = timed("run", "--policy", f"{root}/p.toml", "--receipt", f"{root}/r.json", "-c", f"touch held{i}", expect=75)
-    aid = json.load(open(f"{root}/r.json"))["pending_id"]
+    p = timed("run", "--receipt", f"{root}/plain{i}.json", "-c", f"touch plain{i}")
+    h = timed("run", "--policy", f"{root}/p.toml", "--receipt", f"{root}/held{i}.json", "-c", f"touch held{i}", expect=75)
+    aid = json.load(open(f"{root}/held{i}.json"))["pending_id"]
     a = timed("approve", aid)
-    r = timed("resume", aid)
+    r = timed("resume", "--receipt", f"{root}/resumed{i}.json", aid)
     if not os.path.exists(f"held{i}"):
         sys.exit("the resumed command did not land")
     if i >= 3:  # warm-up rounds

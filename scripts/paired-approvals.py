@@ -2,7 +2,8 @@
 """Compare two builds on the approval path, step by step: in each round both
 builds hold a command (its preview runs), approve it and resume it (the
 preview lands), in alternating order, each with its own state directory and
-workspace. Prints each step's medians and the median of the paired
+workspace; as the Python integration does, each run and resume writes a
+receipt to a new file. Prints each step's medians and the median of the paired
 differences B - A, in milliseconds. Each call is timed as a harness sees it:
 until its stdout and stderr are closed and its exit status is collected.
 
@@ -35,7 +36,6 @@ def run(bins, root, n):
     policy = os.path.join(root, "p.toml")
     with open(policy, "w") as f:
         f.write('require_approval_for = ["touch"]\ndefault = "allow"\n')
-    receipt = os.path.join(root, "r.json")
     for k in bins:
         os.makedirs(os.path.join(root, f"ws-{k}"))
 
@@ -52,11 +52,12 @@ def run(bins, root, n):
     for i in range(n + 3):
         for k in (["A", "B"] if i % 2 == 0 else ["B", "A"]):
             os.chdir(os.path.join(root, f"ws-{k}"))
+            receipt = os.path.join(root, f"{k}-held{i}.json")
             h = timed(k, "run", "--policy", policy, "--receipt", receipt, "-c", f"touch held{i}", expect=75)
             with open(receipt) as f:
                 aid = json.load(f)["pending_id"]
             a = timed(k, "approve", aid)
-            r = timed(k, "resume", aid)
+            r = timed(k, "resume", "--receipt", os.path.join(root, f"{k}-resumed{i}.json"), aid)
             if not os.path.exists(f"held{i}"):
                 sys.exit(f"{bins[k]}: the resumed command did not land")
             if i >= 3:  # warm-up rounds
