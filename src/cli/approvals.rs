@@ -231,7 +231,10 @@ fn trust_on_first_use(st: &ApprovalStore, key: &ApproverKey) -> Result<(), i32> 
 /// An action whose approved preview a resume began to land, and did not
 /// finish, is finished by the next start (`resume`): neither approved nor
 /// rejected over it, which would leave its workspace half landed.
-fn refuse_while_landing(st: &ApprovalStore, id: &str, verb: &str) -> Result<(), i32> {
+fn refuse_while_landing(st: &ApprovalStore, state: &Path, id: &str, verb: &str) -> Result<(), i32> {
+    if !crate::workspace::overlay::landing_link_present(state, id) {
+        return Ok(());
+    }
     let Ok(a) = st.get(id) else {
         return Ok(()); // the store's own call says what is wrong
     };
@@ -255,7 +258,7 @@ pub fn approve(state: &Path, id: &str) -> i32 {
         (Ok(s), Ok(k)) => (s, k),
         (Err(c), _) | (_, Err(c)) => return c,
     };
-    if let Err(c) = refuse_while_landing(&st, id, "approved") {
+    if let Err(c) = refuse_while_landing(&st, state, id, "approved") {
         return c;
     }
     let mut log = match opened_log(state, "approved") {
@@ -296,7 +299,7 @@ pub fn reject(state: &Path, id: &str, reason: &str) -> i32 {
         (Ok(s), Ok(k)) => (s, k),
         (Err(c), _) | (_, Err(c)) => return c,
     };
-    if let Err(c) = refuse_while_landing(&st, id, "rejected") {
+    if let Err(c) = refuse_while_landing(&st, state, id, "rejected") {
         return c;
     }
     let mut log = match opened_log(state, "rejected") {

@@ -794,6 +794,13 @@ pub fn interrupted_preview_landings(state: &Path) -> Vec<String> {
     found
 }
 
+/// Whether a landing of action `id`'s preview may have begun: its link is
+/// made before the landing's journal and removed only after it, so without
+/// the link no landing is under way (one stat, no store read).
+pub fn landing_link_present(state: &Path, id: &str) -> bool {
+    std::fs::symlink_metadata(landing_link(state, id)).is_ok()
+}
+
 /// Whether a landing of the preview in `dir` began and has not been finished
 /// (or given up): its journal is there.
 pub fn landing_begun(dir: &Path) -> bool {
