@@ -9,7 +9,8 @@
 //! show as a change. Symlinks are recorded by their target, never followed.
 
 use sha2::{Digest, Sha256};
-use std::os::unix::ffi::OsStrExt;
+use std::os::fd::AsFd;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -29,55 +30,50 @@ pub enum WorkspaceError {
     },
 }
 
+/// One entry of a fingerprint: its path relative to the workspace, its type,
+/// size, modification time, mode, inode and link count, and a symlink's target.
+type FingerprintEntry = (Vec<u8>, [u64; 6], Vec<u8>);
+
+/// Entries one thread reads before a second is worth starting (starting one
+/// costs about what 50 entries do; a workspace of a few hundred files never
+/// waits for it).
+const ENTRIES_BEFORE_A_HELPER: usize = 1000;
+
 /// SHA-256 over the metadata of every entry below `root` (`sha256:<hex>`).
+///
+/// Its cost is one `stat` an entry, almost all of it the kernel's, so past
+/// [`ENTRIES_BEFORE_A_HELPER`] entries the directories still to read are
+/// shared with helper threads, one per further core (at most three). Each
+/// entry is looked up by name in its open directory (`fstatat`): threads
+/// walking paths from `/` contend on the dentries they share. At 10,000
+/// files this halves the time on two cores, at 100,000 it takes a third (see
+/// README). The digest does not depend on who read what: entries are hashed
+/// in path order.
 pub fn fingerprint(root: &Path) -> Result<String, WorkspaceError> {
-    let mut entries: Vec<(Vec<u8>, [u64; 6], Vec<u8>)> = Vec::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        let rd = std::fs::read_dir(&dir).map_err(|e| WorkspaceError::Read {
-            path: dir.clone(),
-            source: e,
-        })?;
-        for e in rd {
-            let e = e.map_err(|e| WorkspaceError::Read {
-                path: dir.clone(),
-                source: e,
-            })?;
-            let path = e.path();
-            let m = std::fs::symlink_metadata(&path).map_err(|e| WorkspaceError::Read {
-                path: path.clone(),
-                source: e,
-            })?;
-            let rel = path.strip_prefix(root).unwrap_or(&path).as_os_str().as_bytes().to_vec();
-            let kind = if m.is_dir() {
-                1
-            } else if m.file_type().is_symlink() {
-                2
-            } else {
-                0
-            };
-            let target = if kind == 2 {
-                std::fs::read_link(&path)
-                    .map(|t| t.as_os_str().as_bytes().to_vec())
-                    .unwrap_or_default()
-            } else {
-                Vec::new()
-            };
-            // Directory sizes and times change with their entries, which are hashed anyway.
-            let (size, mtime) = if kind == 1 {
-                (0, 0)
-            } else {
-                (m.size(), m.mtime_nsec() as u64 ^ (m.mtime() as u64) << 30)
-            };
-            entries.push((
-                rel,
-                [kind, size, mtime, u64::from(m.mode()), m.ino(), m.nlink()],
-                target,
-            ));
-            if kind == 1 {
-                stack.push(path);
+    let walk = Walk {
+        root,
+        todo: std::sync::Mutex::new(Todo {
+            dirs: vec![root.to_path_buf()],
+            reading: 0,
+            failed: None,
+        }),
+        changed: std::sync::Condvar::new(),
+    };
+    let helpers = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 4) - 1;
+    let mut entries = std::thread::scope(|s| {
+        let mut started = Vec::new();
+        let mut mine = walk.read(&mut |read, more_waiting| {
+            if started.len() < helpers && read >= ENTRIES_BEFORE_A_HELPER && more_waiting {
+                started.push(s.spawn(|| walk.read(&mut |_, _| {})));
             }
+        });
+        for h in started {
+            mine.extend(h.join().expect("a fingerprint helper does not panic"));
         }
+        mine
+    });
+    if let Some(e) = walk.todo.into_inner().unwrap_or_else(|p| p.into_inner()).failed {
+        return Err(e);
     }
     entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     let mut h = Sha256::new();
@@ -91,6 +87,130 @@ pub fn fingerprint(root: &Path) -> Result<String, WorkspaceError> {
         h.update(target);
     }
     Ok(format!("sha256:{}", crate::policy::hex(&h.finalize())))
+}
+
+/// The directories a fingerprint has still to read, shared by its threads.
+struct Walk<'a> {
+    root: &'a Path,
+    todo: std::sync::Mutex<Todo>,
+    /// Signalled when directories are added, one is done, or a read failed.
+    changed: std::sync::Condvar,
+}
+
+struct Todo {
+    dirs: Vec<PathBuf>,
+    /// Directories being read now: their subdirectories may follow.
+    reading: usize,
+    /// The first failure: every thread stops, and the fingerprint is an error.
+    failed: Option<WorkspaceError>,
+}
+
+impl Walk<'_> {
+    /// Reads directories until none is left or one failed; returns the
+    /// entries read. `progress(entries read, directories waiting)` is called
+    /// after each directory.
+    fn read(&self, progress: &mut dyn FnMut(usize, bool)) -> Vec<FingerprintEntry> {
+        let mut entries = Vec::new();
+        loop {
+            let dir = {
+                let mut todo = self.todo.lock().unwrap_or_else(|p| p.into_inner());
+                loop {
+                    if todo.failed.is_some() {
+                        return entries;
+                    }
+                    if let Some(d) = todo.dirs.pop() {
+                        todo.reading += 1;
+                        break d;
+                    }
+                    if todo.reading == 0 {
+                        return entries;
+                    }
+                    todo = self.changed.wait(todo).unwrap_or_else(|p| p.into_inner());
+                }
+            };
+            let mut subdirs = Vec::new();
+            let read = self.read_dir(&dir, &mut entries, &mut subdirs);
+            let more_waiting = {
+                let mut todo = self.todo.lock().unwrap_or_else(|p| p.into_inner());
+                todo.reading -= 1;
+                match read {
+                    Ok(()) => todo.dirs.extend(subdirs),
+                    Err(e) => {
+                        todo.failed.get_or_insert(e);
+                    }
+                }
+                !todo.dirs.is_empty()
+            };
+            self.changed.notify_all();
+            progress(entries.len(), more_waiting);
+        }
+    }
+
+    fn read_dir(
+        &self,
+        dir: &Path,
+        entries: &mut Vec<FingerprintEntry>,
+        subdirs: &mut Vec<PathBuf>,
+    ) -> Result<(), WorkspaceError> {
+        use nix::fcntl::{AtFlags, OFlag};
+        let read_err = |path: &Path, e: nix::Error| WorkspaceError::Read {
+            path: path.to_path_buf(),
+            source: e.into(),
+        };
+        let mut d = nix::dir::Dir::open(
+            dir,
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            nix::sys::stat::Mode::empty(),
+        )
+        .map_err(|e| read_err(dir, e))?;
+        let mut names = Vec::new();
+        for e in d.iter() {
+            let e = e.map_err(|e| read_err(dir, e))?;
+            if !matches!(e.file_name().to_bytes(), b"." | b"..") {
+                names.push(e.file_name().to_owned());
+            }
+        }
+        let fd = d.as_fd();
+        let dir_rel = dir.strip_prefix(self.root).unwrap_or(dir).as_os_str().as_bytes();
+        for name in &names {
+            let name = name.as_c_str();
+            let mut rel = Vec::with_capacity(dir_rel.len() + 1 + name.to_bytes().len());
+            if !dir_rel.is_empty() {
+                rel.extend_from_slice(dir_rel);
+                rel.push(b'/');
+            }
+            rel.extend_from_slice(name.to_bytes());
+            let m = nix::sys::stat::fstatat(fd, name, AtFlags::AT_SYMLINK_NOFOLLOW)
+                .map_err(|e| read_err(&dir.join(std::ffi::OsStr::from_bytes(name.to_bytes())), e))?;
+            let kind = match m.st_mode & libc::S_IFMT {
+                libc::S_IFDIR => 1,
+                libc::S_IFLNK => 2,
+                _ => 0,
+            };
+            let target = if kind == 2 {
+                nix::fcntl::readlinkat(fd, name)
+                    .map(|t| t.into_vec())
+                    .unwrap_or_default()
+            } else {
+                Vec::new()
+            };
+            // Directory sizes and times change with their entries, which are hashed anyway.
+            let (size, mtime) = if kind == 1 {
+                (0, 0)
+            } else {
+                (m.st_size as u64, m.st_mtime_nsec as u64 ^ (m.st_mtime as u64) << 30)
+            };
+            if kind == 1 {
+                subdirs.push(dir.join(std::ffi::OsStr::from_bytes(name.to_bytes())));
+            }
+            entries.push((
+                rel,
+                [kind, size, mtime, u64::from(m.st_mode), m.st_ino, m.st_nlink as u64],
+                target,
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// Opens for reading a file the sandbox could have planted or replaced
@@ -223,6 +343,114 @@ mod tests {
         assert_ne!(f1, f2);
         std::fs::create_dir(d.path().join("sub")).unwrap();
         assert_ne!(f2, fingerprint(d.path()).unwrap());
+    }
+
+    /// The fingerprint as it was first defined, read by one thread: the
+    /// shared walk must give the same digest (an action held by an earlier
+    /// build resumes under a later one).
+    fn fingerprint_alone(root: &Path) -> String {
+        let mut entries: Vec<(Vec<u8>, [u64; 6], Vec<u8>)> = Vec::new();
+        let mut stack = vec![root.to_path_buf()];
+        while let Some(dir) = stack.pop() {
+            for e in std::fs::read_dir(&dir).unwrap() {
+                let path = e.unwrap().path();
+                let m = std::fs::symlink_metadata(&path).unwrap();
+                let rel = path.strip_prefix(root).unwrap().as_os_str().as_bytes().to_vec();
+                let kind = if m.is_dir() {
+                    1
+                } else if m.file_type().is_symlink() {
+                    2
+                } else {
+                    0
+                };
+                let target = if kind == 2 {
+                    std::fs::read_link(&path).unwrap().as_os_str().as_bytes().to_vec()
+                } else {
+                    Vec::new()
+                };
+                let (size, mtime) = if kind == 1 {
+                    (0, 0)
+                } else {
+                    (m.size(), m.mtime_nsec() as u64 ^ (m.mtime() as u64) << 30)
+                };
+                entries.push((
+                    rel,
+                    [kind, size, mtime, u64::from(m.mode()), m.ino(), m.nlink()],
+                    target,
+                ));
+                if kind == 1 {
+                    stack.push(path);
+                }
+            }
+        }
+        entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let mut h = Sha256::new();
+        for (rel, meta, target) in &entries {
+            h.update((rel.len() as u64).to_le_bytes());
+            h.update(rel);
+            for v in meta {
+                h.update(v.to_le_bytes());
+            }
+            h.update((target.len() as u64).to_le_bytes());
+            h.update(target);
+        }
+        format!("sha256:{}", crate::policy::hex(&h.finalize()))
+    }
+
+    #[test]
+    fn fingerprint_is_the_digest_it_always_was_whoever_reads_what() {
+        use std::os::unix::ffi::OsStringExt;
+        let d = tempfile::tempdir().unwrap();
+        let odd = std::ffi::OsString::from_vec(b"odd\xff name".to_vec());
+        std::fs::create_dir_all(d.path().join("a/b/c")).unwrap();
+        std::fs::create_dir_all(d.path().join(&odd)).unwrap();
+        std::fs::write(d.path().join("a/b/c/deep.txt"), "deep").unwrap();
+        std::fs::write(d.path().join(&odd).join("f"), "x").unwrap();
+        std::fs::write(d.path().join("top"), "t").unwrap();
+        std::fs::hard_link(d.path().join("top"), d.path().join("a/linked")).unwrap();
+        std::os::unix::fs::symlink("../top", d.path().join("a/rel-link")).unwrap();
+        std::os::unix::fs::symlink("/nowhere", d.path().join("dangling")).unwrap();
+        std::os::unix::fs::symlink("a", d.path().join("dir-link")).unwrap();
+        std::fs::create_dir(d.path().join("empty")).unwrap();
+        assert_eq!(fingerprint(d.path()).unwrap(), fingerprint_alone(d.path()));
+        // Enough entries in enough directories for helpers to share the walk.
+        for i in 0..3000 {
+            let sub = d.path().join(format!("many/d{}/e{}", i / 300, i / 30));
+            std::fs::create_dir_all(&sub).unwrap();
+            std::fs::write(sub.join(format!("f{i}")), i.to_string()).unwrap();
+        }
+        let shared = fingerprint(d.path()).unwrap();
+        assert_eq!(shared, fingerprint_alone(d.path()));
+        std::fs::write(d.path().join("many/d9/e99/f2999"), "changed").unwrap();
+        assert_ne!(
+            fingerprint(d.path()).unwrap(),
+            shared,
+            "one file's change among thousands"
+        );
+    }
+
+    #[test]
+    fn an_unreadable_directory_is_an_error_that_names_it() {
+        // Root reads every directory; as anyone else, a directory of mode 000
+        // must fail the fingerprint, never give a digest of less.
+        let d = tempfile::tempdir().unwrap();
+        for i in 0..2000 {
+            let sub = d.path().join(format!("d{}", i / 100));
+            std::fs::create_dir_all(&sub).unwrap();
+            std::fs::write(sub.join(format!("f{i}")), "x").unwrap();
+        }
+        std::fs::create_dir_all(d.path().join("d7/locked/inner")).unwrap();
+        if nix::unistd::geteuid().is_root() {
+            assert!(fingerprint(d.path()).is_ok());
+            return;
+        }
+        use std::os::unix::fs::PermissionsExt;
+        let locked = d.path().join("d7/locked");
+        std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o000)).unwrap();
+        let got = fingerprint(d.path());
+        std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let e = got.unwrap_err().to_string();
+        assert!(e.contains("d7/locked"), "{e}");
     }
 
     #[test]
