@@ -248,7 +248,11 @@ fn a_half_landed_action_is_neither_approved_nor_rejected() {
     for verb in [&["approve", &id][..], &["reject", &id, "--reason", "no"][..]] {
         let o = w.tx(verb);
         assert_eq!(o.status.code(), Some(77), "{verb:?}: {}", text(&o));
-        assert!(text(&o).contains("a resume began landing its approved preview"), "{verb:?}: {}", text(&o));
+        assert!(
+            text(&o).contains("a resume began landing its approved preview"),
+            "{verb:?}: {}",
+            text(&o)
+        );
     }
     let o = w.tx(&["resume", &id]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
