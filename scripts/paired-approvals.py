@@ -7,7 +7,10 @@ receipt to a new file. Prints each step's medians and the median of the paired
 differences B - A, in milliseconds. Each call is timed as a harness sees it:
 until its stdout and stderr are closed and its exit status is collected.
 
-    scripts/paired-approvals.py [-n ROUNDS] A_BINARY B_BINARY
+    scripts/paired-approvals.py [-n ROUNDS] [--files N] A_BINARY B_BINARY
+
+--files N puts N files (1,000 a directory) in each workspace: the approval
+binds to the workspace's state, read at hold and at resume.
 
 Copy both binaries afresh before comparing them: on a VM a binary's own
 page-cache history can move its timing by tenths of a millisecond."""
@@ -20,24 +23,32 @@ from timed_call import timed_call  # noqa: E402
 def main():
     p = argparse.ArgumentParser(usage=__doc__)
     p.add_argument("-n", type=int, default=150)
+    p.add_argument("--files", type=int, default=0)
     p.add_argument("a")
     p.add_argument("b")
     opts = p.parse_args()
     bins = {"A": os.path.abspath(opts.a), "B": os.path.abspath(opts.b)}
     root = tempfile.mkdtemp(prefix="tether-paired-approvals.")
     try:
-        run(bins, root, opts.n)
+        run(bins, root, opts.n, opts.files)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def run(bins, root, n):
+def run(bins, root, n, files):
     devnull = os.open(os.devnull, os.O_RDWR)
     policy = os.path.join(root, "p.toml")
     with open(policy, "w") as f:
         f.write('require_approval_for = ["touch"]\ndefault = "allow"\n')
     for k in bins:
-        os.makedirs(os.path.join(root, f"ws-{k}"))
+        ws = os.path.join(root, f"ws-{k}")
+        os.makedirs(ws)
+        for i in range(files):
+            d = os.path.join(ws, f"d{i // 1000}")
+            if i % 1000 == 0:
+                os.mkdir(d)
+            with open(os.path.join(d, f"f{i}.txt"), "w") as f:
+                f.write("x")
 
     def timed(k, *args, expect=0):
         env = dict(os.environ, TETHER_EXEC_STATE_DIR=os.path.join(root, f"state-{k}"),
