@@ -899,7 +899,8 @@ fn bindings(policy: &Policy, ws: &Path, state: &Path) -> Result<Bindings, String
     Ok(Bindings {
         policy_digest: policy.digest(),
         env_instance_id: crate::state::env_instance_id(state, ws).map_err(|e| format!("tether-exec: {e}"))?,
-        workspace_fingerprint: crate::workspace::fingerprint(ws).map_err(|e| format!("tether-exec: {e}"))?,
+        workspace_fingerprint: crate::workspace::fingerprint(ws, &policy.fingerprint_ignore())
+            .map_err(|e| format!("tether-exec: {e}"))?,
         workspace_generation: crate::workspace::generation(state, ws),
     })
 }
@@ -1047,7 +1048,7 @@ fn hold(
 }
 
 /// Rebuild the policy a held action was approved under.
-fn held_policy(ctx: &HeldContext) -> Result<Policy, String> {
+pub(crate) fn held_policy(ctx: &HeldContext) -> Result<Policy, String> {
     if ctx.layers.is_empty() {
         return Ok(Policy::embedded_default());
     }

@@ -116,6 +116,35 @@ fn a_changed_workspace_invalidates_the_approval() {
 }
 
 #[test]
+fn changes_where_the_policy_ignores_them_leave_the_approval_standing() {
+    // `fingerprint_ignore = ["target"]`: a build writing there between the
+    // hold and the resume does not void the approval; a change anywhere else
+    // still does, also in a directory that only starts like it.
+    let w = World::new();
+    let p = w.policy(&format!("{POLICY}fingerprint_ignore = [\"target\"]\n"));
+    w.write("target/debug/app", "old build");
+    w.write("build/x", "x");
+    let id = hold(&w, &p, "rm -rf build");
+    let shown = stdout(&w.tx(&["show", &id]));
+    assert!(shown.contains("(not covering, as the policy says: target)"), "{shown}");
+    assert!(w.tx(&["approve", &id]).status.success());
+    w.write("target/debug/app", "a new build");
+    w.write("target/debug/deps/more.rlib", "more");
+    let o = w.tx(&["resume", &id]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(!exists(&w.ws.join("build")), "the approved command ran");
+    // Control: the same policy, a change outside `target`.
+    w.write("build/x", "x");
+    let id = hold(&w, &p, "rm -rf build");
+    assert!(w.tx(&["approve", &id]).status.success());
+    w.write("targets/notes.txt", "not ignored");
+    let o = w.tx(&["resume", &id]);
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    assert!(text(&o).contains("workspace"), "{}", text(&o));
+    assert!(exists(&w.ws.join("build/x")), "nothing ran");
+}
+
+#[test]
 fn a_changed_policy_invalidates_the_approval() {
     let w = World::new();
     let p = w.policy(POLICY);

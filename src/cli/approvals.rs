@@ -170,6 +170,17 @@ pub fn show(state: &Path, id: &str, json: bool) -> i32 {
         "    workspace {} at generation {}",
         a.bindings.workspace_fingerprint, a.bindings.workspace_generation
     );
+    // What the fingerprint leaves out (the policy's `fingerprint_ignore`):
+    // changes there do not void the approval.
+    let ignored = ctx
+        .as_ref()
+        .and_then(|c| crate::launch::held_policy(c).ok())
+        .map(|p| p.fingerprint_ignore())
+        .unwrap_or_default();
+    if !ignored.is_empty() {
+        let shown: Vec<String> = ignored.iter().map(|i| visible_line(i)).collect();
+        println!("      (not covering, as the policy says: {})", shown.join(", "));
+    }
     println!(
         "    expiry: {} s after approval, or {} proposals of the session; a one-time nonce",
         a.ttl_seconds, a.proposal_window

@@ -132,6 +132,7 @@ pub struct PolicyDoc {
     on_violation: Option<OnViolation>,
     overlay: Option<bool>,
     approval_ttl_seconds: Option<u64>,
+    fingerprint_ignore: Option<Vec<String>>,
     limits: Option<Limits>,
 }
 
@@ -360,6 +361,43 @@ pub fn validate(doc: PolicyDoc, text: &str, file: &str) -> Result<Layer, PolicyE
             ));
         }
     }
+    let mut fingerprint_ignore = Vec::new();
+    for p in doc.fingerprint_ignore.iter().flatten() {
+        let clean = p.strip_suffix('/').unwrap_or(p);
+        let plain = !clean.is_empty()
+            && !clean.starts_with('/')
+            && clean.split('/').all(|c| !c.is_empty() && c != "." && c != "..");
+        if !plain {
+            return Err(invalid(
+                file,
+                locate(text, "fingerprint_ignore", p),
+                format!("fingerprint_ignore entry `{p}` must be a plain path relative to the workspace: no `/` at the start, no `.`, `..` or empty components, no globs"),
+                "name the directory (or file) whose changes should not void an approval, e.g. \"target\" or \"web/node_modules\"",
+            ));
+        }
+        if clean.chars().any(|c| matches!(c, '*' | '?' | '[' | '{')) {
+            return Err(invalid(
+                file,
+                locate(text, "fingerprint_ignore", p),
+                format!("fingerprint_ignore entry `{p}` looks like a glob; entries are plain paths"),
+                "list each directory by its path from the workspace's top, e.g. \"target\"",
+            ));
+        }
+        // What git and tether-exec keep at the top is what an approval must
+        // see change: a commit, a moved branch, a new policy.
+        let top = clean.split('/').next().unwrap_or("");
+        if top == ".git" || top == ".tether" {
+            return Err(invalid(
+                file,
+                locate(text, "fingerprint_ignore", p),
+                format!("fingerprint_ignore entry `{p}` is inside {top}, whose changes an approval must always see"),
+                "ignore build output and caches (e.g. \"target\", \"node_modules\"), never .git or .tether",
+            ));
+        }
+        if !fingerprint_ignore.iter().any(|q: &String| q == clean) {
+            fingerprint_ignore.push(clean.to_string());
+        }
+    }
     for name in doc.env_passthrough.iter().flatten() {
         let ok = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
         if !ok || is_dangerous_env(name) {
@@ -394,6 +432,7 @@ pub fn validate(doc: PolicyDoc, text: &str, file: &str) -> Result<Layer, PolicyE
         on_violation: doc.on_violation.unwrap_or(OnViolation::Rollback),
         overlay: doc.overlay.unwrap_or(false),
         approval_ttl_seconds: doc.approval_ttl_seconds,
+        fingerprint_ignore,
         max_output_chars: doc.max_output_chars,
         workspace_root: doc.workspace_root,
         limits: doc.limits.unwrap_or_default(),

@@ -200,6 +200,11 @@ pub struct Layer {
     /// when the globs are directory trees (or there are none).
     pub overlay: bool,
     pub approval_ttl_seconds: Option<u64>,
+    /// Workspace paths (plain, relative) left out of the fingerprint an
+    /// approval binds to: their changes do not void it. Absent when empty,
+    /// so that policies without it keep their digest.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub fingerprint_ignore: Vec<String>,
     pub max_output_chars: Option<u64>,
     pub workspace_root: Option<String>,
     pub limits: Limits,
@@ -274,6 +279,9 @@ pub struct Effective<'a> {
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub overlay: bool,
     pub approval_ttl_seconds: u64,
+    /// Absent when empty, so that policies without it keep their digest.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub fingerprint_ignore: Vec<String>,
     pub max_output_chars: Option<u64>,
     pub limits: Limits,
     /// Command rules stay per layer: the gate takes the strictest layer's verdict.
@@ -335,6 +343,14 @@ impl Policy {
             .unwrap_or(DEFAULT_APPROVAL_TTL_SECONDS)
     }
 
+    /// Paths left out of the workspace fingerprint: only those every layer
+    /// leaves out (an approval that sees more is the narrower one).
+    pub fn fingerprint_ignore(&self) -> Vec<String> {
+        let mut out = intersect(self.layers.iter().map(|l| &l.fingerprint_ignore));
+        out.sort();
+        out
+    }
+
     pub fn max_output_chars(&self) -> Option<u64> {
         self.layers.iter().filter_map(|l| l.max_output_chars).min()
     }
@@ -391,6 +407,7 @@ impl Policy {
             on_violation: self.on_violation(),
             overlay: self.overlay(),
             approval_ttl_seconds: self.approval_ttl_seconds(),
+            fingerprint_ignore: self.fingerprint_ignore(),
             max_output_chars: self.max_output_chars(),
             limits: self.limits(),
             layers: &self.layers,
@@ -509,6 +526,65 @@ mod tests {
                 "{p}"
             );
         }
+    }
+
+    #[test]
+    fn fingerprint_ignore_takes_plain_paths_outside_git_and_tether() {
+        let table: &[(&str, Option<&str>)] = &[
+            ("target", None),
+            ("target/", None),
+            ("web/node_modules", None),
+            (".venv", None),
+            ("/target", Some("plain path relative")),
+            ("../x", Some("plain path relative")),
+            ("a/./b", Some("plain path relative")),
+            ("a//b", Some("plain path relative")),
+            ("", Some("plain path relative")),
+            ("**/node_modules", Some("looks like a glob")),
+            ("build-*", Some("looks like a glob")),
+            (".git", Some("inside .git")),
+            (".git/objects", Some("inside .git")),
+            (".tether", Some("inside .tether")),
+        ];
+        for (entry, refused) in table {
+            let text = format!("version = 1\nfingerprint_ignore = [\"{entry}\"]\n");
+            match (Layer::parse(&text, "p.toml", Format::Toml), refused) {
+                (Ok(l), None) => assert_eq!(l.fingerprint_ignore, vec![entry.trim_end_matches('/').to_string()]),
+                (Err(e), Some(why)) => {
+                    let e = e.to_string();
+                    assert!(e.contains(why) && e.contains("p.toml:2:"), "{entry}: {e}");
+                }
+                (got, _) => panic!("{entry}: {got:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn fingerprint_ignore_holds_only_where_every_layer_says_it_and_is_in_the_digest() {
+        let layer = |t: &str| Layer::parse(t, "x", Format::Toml).unwrap();
+        let none = Policy::new(vec![layer("version = 1")], vec![]);
+        let both = Policy::new(vec![layer("fingerprint_ignore = [\"target\", \"dist\"]")], vec![]);
+        assert_eq!(both.fingerprint_ignore(), ["dist", "target"]);
+        let narrowed = Policy::new(
+            vec![
+                layer("fingerprint_ignore = [\"target\", \"dist\"]"),
+                layer("fingerprint_ignore = [\"target\"]"),
+            ],
+            vec![],
+        );
+        assert_eq!(narrowed.fingerprint_ignore(), ["target"]);
+        let child_without = Policy::new(
+            vec![layer("fingerprint_ignore = [\"target\"]"), layer("version = 1")],
+            vec![],
+        );
+        assert!(
+            child_without.fingerprint_ignore().is_empty(),
+            "a layer that ignores nothing sees everything"
+        );
+        assert_ne!(none.digest(), both.digest());
+        assert_ne!(both.digest(), narrowed.digest());
+        // Absent, it leaves the digest as it was before the key existed.
+        assert!(!none.canonical_json().contains("fingerprint_ignore"));
     }
 
     #[test]

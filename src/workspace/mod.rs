@@ -49,9 +49,14 @@ const ENTRIES_BEFORE_A_HELPER: usize = 1000;
 /// files this halves the time on two cores, at 100,000 it takes a third (see
 /// README). The digest does not depend on who read what: entries are hashed
 /// in path order.
-pub fn fingerprint(root: &Path) -> Result<String, WorkspaceError> {
+///
+/// `ignore`: plain paths relative to `root` (the policy's
+/// `fingerprint_ignore`) whose entries, and everything below them, are left
+/// out. The policy's digest, which approvals also bind, covers that list.
+pub fn fingerprint(root: &Path, ignore: &[String]) -> Result<String, WorkspaceError> {
     let walk = Walk {
         root,
+        ignore,
         todo: std::sync::Mutex::new(Todo {
             dirs: vec![root.to_path_buf()],
             reading: 0,
@@ -92,6 +97,7 @@ pub fn fingerprint(root: &Path) -> Result<String, WorkspaceError> {
 /// The directories a fingerprint has still to read, shared by its threads.
 struct Walk<'a> {
     root: &'a Path,
+    ignore: &'a [String],
     todo: std::sync::Mutex<Todo>,
     /// Signalled when directories are added, one is done, or a read failed.
     changed: std::sync::Condvar,
@@ -180,6 +186,9 @@ impl Walk<'_> {
                 rel.push(b'/');
             }
             rel.extend_from_slice(name.to_bytes());
+            if self.ignore.iter().any(|i| i.as_bytes() == rel.as_slice()) {
+                continue;
+            }
             let m = nix::sys::stat::fstatat(fd, name, AtFlags::AT_SYMLINK_NOFOLLOW)
                 .map_err(|e| read_err(&dir.join(std::ffi::OsStr::from_bytes(name.to_bytes())), e))?;
             let kind = match m.st_mode & libc::S_IFMT {
@@ -336,13 +345,13 @@ mod tests {
     fn fingerprint_sees_content_metadata_and_names() {
         let d = tempfile::tempdir().unwrap();
         std::fs::write(d.path().join("a"), "1").unwrap();
-        let f1 = fingerprint(d.path()).unwrap();
-        assert_eq!(f1, fingerprint(d.path()).unwrap());
+        let f1 = fingerprint(d.path(), &[]).unwrap();
+        assert_eq!(f1, fingerprint(d.path(), &[]).unwrap());
         std::fs::write(d.path().join("a"), "22").unwrap();
-        let f2 = fingerprint(d.path()).unwrap();
+        let f2 = fingerprint(d.path(), &[]).unwrap();
         assert_ne!(f1, f2);
         std::fs::create_dir(d.path().join("sub")).unwrap();
-        assert_ne!(f2, fingerprint(d.path()).unwrap());
+        assert_ne!(f2, fingerprint(d.path(), &[]).unwrap());
     }
 
     /// The fingerprint as it was first defined, read by one thread: the
@@ -412,21 +421,49 @@ mod tests {
         std::os::unix::fs::symlink("/nowhere", d.path().join("dangling")).unwrap();
         std::os::unix::fs::symlink("a", d.path().join("dir-link")).unwrap();
         std::fs::create_dir(d.path().join("empty")).unwrap();
-        assert_eq!(fingerprint(d.path()).unwrap(), fingerprint_alone(d.path()));
+        assert_eq!(fingerprint(d.path(), &[]).unwrap(), fingerprint_alone(d.path()));
         // Enough entries in enough directories for helpers to share the walk.
         for i in 0..3000 {
             let sub = d.path().join(format!("many/d{}/e{}", i / 300, i / 30));
             std::fs::create_dir_all(&sub).unwrap();
             std::fs::write(sub.join(format!("f{i}")), i.to_string()).unwrap();
         }
-        let shared = fingerprint(d.path()).unwrap();
+        let shared = fingerprint(d.path(), &[]).unwrap();
         assert_eq!(shared, fingerprint_alone(d.path()));
         std::fs::write(d.path().join("many/d9/e99/f2999"), "changed").unwrap();
         assert_ne!(
-            fingerprint(d.path()).unwrap(),
+            fingerprint(d.path(), &[]).unwrap(),
             shared,
             "one file's change among thousands"
         );
+    }
+
+    #[test]
+    fn ignored_paths_are_left_out_with_everything_below_them() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(d.path().join("target/debug")).unwrap();
+        std::fs::create_dir_all(d.path().join("web/node_modules/x")).unwrap();
+        std::fs::write(d.path().join("src.rs"), "fn main() {}").unwrap();
+        let ignore = ["target".to_string(), "web/node_modules".to_string()];
+        let before = fingerprint(d.path(), &ignore).unwrap();
+        let whole_before = fingerprint(d.path(), &[]).unwrap();
+        std::fs::write(d.path().join("target/debug/app"), "built").unwrap();
+        std::fs::write(d.path().join("web/node_modules/x/index.js"), "1").unwrap();
+        assert_eq!(
+            fingerprint(d.path(), &ignore).unwrap(),
+            before,
+            "changes below ignored paths"
+        );
+        // Control: without the list the same changes show.
+        assert_ne!(fingerprint(d.path(), &[]).unwrap(), whole_before);
+        // What is not ignored still counts: the same name one level down, a
+        // sibling whose name only starts alike, and the rest of `web`.
+        for changed in ["web/target", "targets", "web/x.js"] {
+            std::fs::write(d.path().join(changed), "n").unwrap();
+            assert_ne!(fingerprint(d.path(), &ignore).unwrap(), before, "{changed}");
+            std::fs::remove_file(d.path().join(changed)).unwrap();
+        }
+        assert_eq!(fingerprint(d.path(), &ignore).unwrap(), before);
     }
 
     #[test]
@@ -441,13 +478,13 @@ mod tests {
         }
         std::fs::create_dir_all(d.path().join("d7/locked/inner")).unwrap();
         if nix::unistd::geteuid().is_root() {
-            assert!(fingerprint(d.path()).is_ok());
+            assert!(fingerprint(d.path(), &[]).is_ok());
             return;
         }
         use std::os::unix::fs::PermissionsExt;
         let locked = d.path().join("d7/locked");
         std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o000)).unwrap();
-        let got = fingerprint(d.path());
+        let got = fingerprint(d.path(), &[]);
         std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o755)).unwrap();
         let e = got.unwrap_err().to_string();
         assert!(e.contains("d7/locked"), "{e}");
