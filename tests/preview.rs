@@ -240,28 +240,6 @@ fn any_next_start_finishes_a_landing_killed_midway() {
     assert_eq!(logged().as_deref(), Some("run\n"), "one run overall");
 }
 
-/// A landing killed midway is the next resume's to finish: approving or
-/// rejecting the action over it would leave the workspace half landed.
-#[test]
-fn a_half_landed_action_is_neither_approved_nor_rejected() {
-    let (w, id) = approved_then_killed_at("mid-commit");
-    for verb in [&["approve", &id][..], &["reject", &id, "--reason", "no"][..]] {
-        let o = w.tx(verb);
-        assert_eq!(o.status.code(), Some(77), "{verb:?}: {}", text(&o));
-        assert!(
-            text(&o).contains("a resume began landing its approved preview"),
-            "{verb:?}: {}",
-            text(&o)
-        );
-    }
-    let o = w.tx(&["resume", &id]);
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    assert!(text(&o).contains("finished landing"), "{}", text(&o));
-    // Control: an action with nothing landing is approved as usual.
-    let (id2, _) = hold(&w, POLICY);
-    assert!(w.tx(&["approve", &id2]).status.success());
-}
-
 /// Whether nobody holds the lock on `dir` (a preview's, which a launcher's
 /// child holds while it removes the preview).
 fn lock_free(dir: &std::path::Path) -> bool {
