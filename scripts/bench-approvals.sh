@@ -9,22 +9,15 @@
 #   scripts/bench-approvals.sh        (N=40 rounds by default)
 #   FILES=10000 scripts/bench-approvals.sh   (a workspace of that many files,
 #   1,000 a directory: what the approval binds to is read at hold and resume)
+#   POLICY_EXTRA='fingerprint_ignore = ["d0", "d1"]'   (lines added to the
+#   holding policy)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin_release=${TETHER_EXEC_RELEASE_BIN:-$(scripts/build-release.sh)}
 root=$(mktemp -d /tmp/tether-bench.XXXXXX); trap 'rm -rf "$root"' EXIT
 mkdir "$root/ws"
-python3 - "$root/ws" "${FILES:-0}" <<'PY'
-import os, sys
-ws, n = sys.argv[1], int(sys.argv[2])
-for i in range(n):
-    d = os.path.join(ws, f"d{i // 1000}")
-    if i % 1000 == 0:
-        os.mkdir(d)
-    with open(os.path.join(d, f"f{i}.txt"), "w") as f:
-        f.write("x")
-PY
-printf 'require_approval_for = ["touch"]\ndefault = "allow"\n' > "$root/p.toml"
+python3 scripts/fill_workspace.py "$root/ws" "${FILES:-0}"
+printf 'require_approval_for = ["touch"]\ndefault = "allow"\n%s\n' "${POLICY_EXTRA:-}" > "$root/p.toml"
 TETHER_EXEC_SCRIPTS="$PWD/scripts" python3 - "$bin_release" "$root" "${N:-40}" <<'PY'
 import json, os, statistics, sys
 sys.path.insert(0, os.environ["TETHER_EXEC_SCRIPTS"])

@@ -18,6 +18,7 @@ import argparse, json, os, shutil, statistics, sys, tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from timed_call import timed_call  # noqa: E402
+from fill_workspace import fill_workspace  # noqa: E402
 
 
 def main():
@@ -43,12 +44,7 @@ def run(bins, root, n, files):
     for k in bins:
         ws = os.path.join(root, f"ws-{k}")
         os.makedirs(ws)
-        for i in range(files):
-            d = os.path.join(ws, f"d{i // 1000}")
-            if i % 1000 == 0:
-                os.mkdir(d)
-            with open(os.path.join(d, f"f{i}.txt"), "w") as f:
-                f.write("x")
+        fill_workspace(ws, files)
 
     def timed(k, *args, expect=0):
         env = dict(os.environ, TETHER_EXEC_STATE_DIR=os.path.join(root, f"state-{k}"),
