@@ -64,12 +64,22 @@ pub fn fingerprint(root: &Path, ignore: &[String]) -> Result<String, WorkspaceEr
         }),
         changed: std::sync::Condvar::new(),
     };
-    let helpers = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 4) - 1;
     let mut entries = std::thread::scope(|s| {
         let mut started = Vec::new();
+        // Asked only once a helper is worth it (it reads cgroup files).
+        let mut helpers: Option<usize> = None;
         let mut mine = walk.read(&mut |read, more_waiting| {
-            if started.len() < helpers && read >= ENTRIES_BEFORE_A_HELPER && more_waiting {
-                started.push(s.spawn(|| walk.read(&mut |_, _| {})));
+            if read < ENTRIES_BEFORE_A_HELPER || !more_waiting {
+                return;
+            }
+            let most = *helpers
+                .get_or_insert_with(|| std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 4) - 1);
+            if started.len() < most {
+                // No thread to be had (a process limit): the others read on.
+                match std::thread::Builder::new().spawn_scoped(s, || walk.read(&mut |_, _| {})) {
+                    Ok(h) => started.push(h),
+                    Err(_) => helpers = Some(started.len()),
+                }
             }
         });
         for h in started {
