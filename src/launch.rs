@@ -436,7 +436,8 @@ fn walks_a_link_in(path: &Path, dir: &Path) -> bool {
     };
     push(&mut left, path);
     let mut at = PathBuf::from("/");
-    // The kernel's own bound on links followed in one lookup.
+    // The kernel's own bound on links followed in one lookup; past it (the
+    // links changed since the policy was read) the answer is the careful one.
     let mut links = 0;
     while let Some(name) = left.pop() {
         if name == ".." {
@@ -451,7 +452,7 @@ fn walks_a_link_in(path: &Path, dir: &Path) -> bool {
                 }
                 links += 1;
                 if links > 40 {
-                    return false;
+                    return true;
                 }
                 if target.is_absolute() {
                     at = PathBuf::from("/");
