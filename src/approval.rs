@@ -1358,10 +1358,16 @@ impl ApprovalStore {
             ],
         )
         .db("storing the approval evidence")?;
+        let stored = tx.last_insert_rowid();
 
-        // The state is informative; begin_resume re-verifies everything.
-        let mut approvers = BTreeSet::new();
+        // The state is informative; begin_resume re-verifies everything. The
+        // evidence just signed here is counted as it is (a verification of
+        // it, in a fresh process, costs about as much as the rest of this).
+        let mut approvers = BTreeSet::from([key_id.clone()]);
         for ev in current_evidence(&tx, &action)? {
+            if ev.id == stored {
+                continue;
+            }
             if let Ok(p) = verify_evidence(&tx, id, &ev) {
                 if !ev.consumed && now_unix_ms < p.expires_at_unix_ms && proposals_now <= p.expires_at_proposal {
                     approvers.insert(p.approver_key_id);
