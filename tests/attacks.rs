@@ -598,6 +598,139 @@ fn protected_paths_that_do_not_exist_yet_never_survive_a_run() {
     assert!(exists(&w.ws.join(".git/hooks/pre-commit")), "control: {}", text(&c));
 }
 
+/// A workspace whose repository shares settings through files it tracks
+/// (`git config include.path ../shared.gitconfig`, a common recipe), and a
+/// program outside it that leaves a mark when git runs it. Returns the
+/// `core.fsmonitor` line that would have the host's git run it, and the mark.
+fn repo_with_includes(w: &World) -> (String, std::path::PathBuf) {
+    host_git(w, &["init", "-q"]);
+    host_git(w, &["config", "include.path", "../shared.gitconfig"]);
+    host_git(w, &["config", "--add", "include.path", "../team/extra.gitconfig"]);
+    host_git(w, &["config", "--add", "include.path", "../link/linked.gitconfig"]);
+    w.write("shared.gitconfig", "[user]\n\tname = t\n");
+    w.write("conf/linked.gitconfig", "");
+    std::os::unix::fs::symlink("conf", w.ws.join("link")).unwrap();
+    let mark = w.outside.join("git-ran-the-planted-fsmonitor");
+    let program = w.outside.join("fsmonitor.sh");
+    std::fs::write(&program, format!("#!/bin/sh\ntouch {}\n", mark.display())).unwrap();
+    std::fs::set_permissions(&program, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    (format!("[core]\\n\\tfsmonitor = {}\\n", program.display()), mark)
+}
+
+/// The person's `git status` on the host, after the run (an editor runs one
+/// every few seconds): whether it ran the planted program.
+fn host_git_status_ran(w: &World, mark: &std::path::Path) -> bool {
+    let _ = Command::new("git")
+        .args(["status", "--short"])
+        .current_dir(&w.ws)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    exists(mark)
+}
+
+#[test]
+fn files_a_git_configuration_includes_from_the_workspace_are_protected() {
+    let w = World::new();
+    let (line, mark) = repo_with_includes(&w);
+    // Append to the shared file, make the one that does not exist yet, repoint
+    // the link git follows to a file of the run's own.
+    let script = format!(
+        "printf '{line}' | tee -a shared.gitconfig; \
+         mkdir -p team && printf '{line}' | tee team/extra.gitconfig; \
+         mkdir -p mine && printf '{line}' | tee mine/linked.gitconfig && rm -f link && ln -s mine link; \
+         mv shared.gitconfig elsewhere; echo ran"
+    );
+    let o = w.run(&script);
+    assert!(stdout(&o).contains("ran"), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(77), "refusals are reported: {}", text(&o));
+    assert_eq!(
+        std::fs::read_to_string(w.ws.join("shared.gitconfig")).unwrap(),
+        "[user]\n\tname = t\n",
+        "{}",
+        text(&o)
+    );
+    assert!(!exists(&w.ws.join("team/extra.gitconfig")), "{}", text(&o));
+    // Removing the link is allowed (git then includes nothing there);
+    // another one in its place is not.
+    assert_ne!(
+        std::fs::read_link(w.ws.join("link")).ok(),
+        Some("mine".into()),
+        "{}",
+        text(&o)
+    );
+    assert!(
+        !host_git_status_ran(&w, &mark),
+        "the host's git ran what the run planted: {}",
+        text(&o)
+    );
+    // What else the run does in the workspace lands as usual.
+    let o = w.run("mkdir -p team && printf x | tee team/notes.txt conf/other.txt >/dev/null && echo ok");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(exists(&w.ws.join("team/notes.txt")) && exists(&w.ws.join("conf/other.txt")));
+    // Control: without the sandbox the planted settings are the host's git's.
+    let c = w.control(&format!("printf '{line}' | tee -a shared.gitconfig"));
+    assert!(host_git_status_ran(&w, &mark), "control: {}", text(&c));
+}
+
+#[test]
+fn an_overlay_run_and_a_landed_preview_keep_out_what_a_git_configuration_includes() {
+    let w = World::new();
+    let (line, mark) = repo_with_includes(&w);
+    let script =
+        format!("mkdir -p team && printf '{line}' | tee team/extra.gitconfig; printf x | tee notes.txt; echo ran");
+    // The whole workspace an overlay: the run's writes are judged before they land.
+    let o = w.run_policy("overlay = true\n", &script);
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    assert!(
+        text(&o).contains("team/extra.gitconfig"),
+        "the path is named: {}",
+        text(&o)
+    );
+    assert!(!exists(&w.ws.join("team/extra.gitconfig")), "{}", text(&o));
+    assert!(!host_git_status_ran(&w, &mark), "{}", text(&o));
+    // A held action's preview, approved and landed: the same judgement.
+    let p = w.policy("require_approval_for = [\"tee\"]\ndefault = \"allow\"\n");
+    let o = w.tx(&["run", "--policy", p.to_str().unwrap(), "-c", &script]);
+    assert_eq!(o.status.code(), Some(75), "{}", text(&o));
+    let id = held_id(&String::from_utf8_lossy(&o.stderr));
+    let a = w.tx(&["approve", &id]);
+    assert!(a.status.success(), "{}", text(&a));
+    let r = w.tx(&["resume", &id]);
+    assert_eq!(r.status.code(), Some(77), "{}", text(&r));
+    assert!(!exists(&w.ws.join("team/extra.gitconfig")), "{}", text(&r));
+    assert!(!host_git_status_ran(&w, &mark), "{}", text(&r));
+    // Control: without the sandbox the planted file is obeyed.
+    let c = w.control(&script);
+    assert!(host_git_status_ran(&w, &mark), "control: {}", text(&c));
+}
+
+#[test]
+fn a_git_configuration_tether_exec_cannot_read_refuses_a_writable_run() {
+    let w = World::new();
+    host_git(&w, &["init", "-q"]);
+    let config = w.ws.join(".git/config");
+    let mut text_before = std::fs::read_to_string(&config).unwrap();
+    text_before.push_str("[include]\n\tpath = \"unclosed\n");
+    std::fs::write(&config, &text_before).unwrap();
+    let o = w.run("touch made && echo ran");
+    assert_eq!(o.status.code(), Some(125), "{}", text(&o));
+    assert!(
+        !stdout(&o).contains("ran") && !exists(&w.ws.join("made")),
+        "{}",
+        text(&o)
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains(&format!("{}:", config.display())) && err.contains("not closed"),
+        "{}",
+        text(&o)
+    );
+    // A read-only run cannot change what git includes: it runs.
+    let o = w.run_policy("profile = \"read-only\"\n", "echo ran");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+}
+
 #[test]
 fn writes_outside_writable_globs_do_not_land() {
     let w = World::new();

@@ -147,8 +147,17 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state:
         .filter_map(|f| std::fs::canonicalize(f).ok())
         .filter(|f| f.starts_with(workspace))
         .collect();
+    // Only a writable run can change what git includes.
+    let (git_includes, git_includes_unreadable) = if policy.profile() == crate::policy::Profile::WorkspaceWrite {
+        match crate::workspace::git_includes(workspace, &git) {
+            Ok(i) => (i, None),
+            Err(e) => (Default::default(), Some(e.to_string())),
+        }
+    } else {
+        Default::default()
+    };
     let mut policy_parents: Vec<PathBuf> = Vec::new();
-    for f in &policy_files_in_workspace {
+    for f in policy_files_in_workspace.iter().chain(&git_includes.files) {
         for a in f
             .ancestors()
             .skip(1)
@@ -212,6 +221,8 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state:
             .filter(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir()))
             .collect(),
         policy_files_in_workspace,
+        git_includes,
+        git_includes_unreadable,
         system_secrets,
         landlock_abi: apply::landlock_abi(),
         root_is_host_root: uid == 0 && root_maps_to_host_root(),

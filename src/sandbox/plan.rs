@@ -116,6 +116,10 @@ pub struct CreateGuard {
     /// made below would have the host's `git status` recurse into it and
     /// obey that repository's `config`, while the run lasts.
     pub repo_at_top: bool,
+    /// Paths in the workspace git reads on the way to a file a git
+    /// configuration includes (`workspace::gitconfig`), absolute: none may be
+    /// made, nor anything but an empty directory above one.
+    pub include_paths: Vec<PathBuf>,
 }
 
 impl CreateGuard {
@@ -135,7 +139,11 @@ impl CreateGuard {
         let env = crate::policy::is_env_secret(&name.to_string_lossy());
         let control = crate::policy::GIT_CONTROL.iter().any(|c| n == c.as_bytes());
         let git_dir_part = matches!(n, b"HEAD" | b"objects" | b"refs" | b"config" | b"commondir");
-        if !(env || control || git_dir_part || n == b".tether" || n == b".git") {
+        let included = self.include_paths.iter().any(|p| {
+            p.strip_prefix(&self.workspace)
+                .is_ok_and(|r| r.iter().any(|c| c.as_bytes() == n))
+        });
+        if !(env || control || git_dir_part || included || n == b".tether" || n == b".git") {
             return None;
         }
         let Some(parent) = parent() else {
@@ -146,6 +154,19 @@ impl CreateGuard {
         }
         if env {
             return Some("`.env*` files hold secrets and are protected (templates such as `.env.example` are not)");
+        }
+        if included {
+            let at = parent.join(name);
+            if self.include_paths.contains(&at) {
+                return Some(
+                    "a git configuration includes this path (`include.path`): git would obey what the run put there",
+                );
+            }
+            // Above one, only an empty directory: a file, a symlink or a
+            // directory moved in would decide what git finds below.
+            if making != Making::Directory && self.include_paths.iter().any(|p| p.starts_with(&at)) {
+                return Some("a git configuration includes a path below this one (`include.path`): git would obey what the run put there");
+            }
         }
         if n == b".tether" && parent == self.workspace {
             return Some("`.tether` is protected");
@@ -299,6 +320,11 @@ pub struct HostFacts {
     pub repo_at_top: bool,
     /// Policy files that sit inside the workspace.
     pub policy_files_in_workspace: Vec<PathBuf>,
+    /// What the git configurations read for the workspace include from it
+    /// (`workspace::gitconfig`).
+    pub git_includes: crate::workspace::gitconfig::GitIncludes,
+    /// Why those configurations could not be read (then a writable run is refused).
+    pub git_includes_unreadable: Option<String>,
     /// Readable-by-owner-only secrets of the system (/etc/shadow...), masked when running as root.
     pub system_secrets: Vec<PathBuf>,
     /// Landlock ABI the kernel offers (0: none).
@@ -360,6 +386,8 @@ pub enum PlanError {
     SystemWorkspace(PathBuf),
     #[error("writable_globs entry `{0}` is not a directory glob (`DIR/**`): globs of other shapes need the overlay workspace, which this tether-exec does not have yet, and the kernel cannot enforce them otherwise; nothing ran. Use directory globs such as \"docs/**\"")]
     GlobNeedsOverlay(String),
+    #[error("a git configuration of this workspace cannot be read for the files it includes ({0}), so a file it includes from the workspace, which git would obey, cannot be protected; a writable run is refused. Fix that line (`git config --list --show-origin` shows what git reads)")]
+    GitConfigUnreadable(String),
     #[error("the git index of {0} cannot be read with confidence (a split index, offset tables, names git refuses, or damage), so the repositories it names, whose config git obeys, cannot be protected; a writable run is refused. Rewrite it: `git update-index --no-split-index` (or `rm .git/index && git reset`)")]
     GitIndexUnreadable(PathBuf),
 }
@@ -463,6 +491,10 @@ pub fn build(
     if writable && facts.git_index_unreadable {
         return Err(PlanError::GitIndexUnreadable(workspace.to_path_buf()));
     }
+    if let (Some(why), true) = (&facts.git_includes_unreadable, writable) {
+        return Err(PlanError::GitConfigUnreadable(why.clone()));
+    }
+    let includes = &facts.git_includes;
     let mut mounts = Vec::new();
 
     // The system, read-only. Merged-/usr links are recreated as links.
@@ -657,6 +689,17 @@ pub fn build(
     for f in &facts.policy_files_in_workspace {
         mounts.push(Mount::ReadOnly { dst: f.clone() });
     }
+    // Files a git configuration includes: git obeys them as it obeys
+    // `.git/config` (their directories are pinned, as a policy file's are).
+    if writable {
+        for f in includes
+            .files
+            .iter()
+            .filter(|f| !facts.policy_files_in_workspace.contains(f))
+        {
+            mounts.push(Mount::ReadOnly { dst: f.clone() });
+        }
+    }
     for s in &facts.secret_files {
         mounts.push(Mount::MaskFile { dst: s.clone() });
     }
@@ -735,6 +778,7 @@ pub fn build(
         workspace: workspace.to_path_buf(),
         head_at_top: facts.head_at_top,
         repo_at_top: facts.repo_at_top,
+        include_paths: includes.paths.iter().map(|p| workspace.join(p)).collect(),
     });
     Ok(Plan {
         workspace_identities,
@@ -968,6 +1012,7 @@ mod tests {
             workspace: "/w".into(),
             head_at_top: false,
             repo_at_top: true,
+            include_paths: vec!["/w/shared.gitconfig".into(), "/w/conf/team/x.cfg".into()],
         };
         let no_repo = CreateGuard {
             repo_at_top: false,
@@ -1013,6 +1058,19 @@ mod tests {
             (&no_repo, "/w", ".git", dir, true),
             (&no_repo, "/w/sub", ".git", dir, false),
             (&no_repo, "/w", "main.rs", other, false),
+            // Included by a git configuration, and the directories above.
+            (&g, "/w", "shared.gitconfig", other, true),
+            (&g, "/w", "shared.gitconfig", dir, true),
+            (&g, "/w/sub", "shared.gitconfig", other, false),
+            (&g, "/w/conf/team", "x.cfg", other, true),
+            (&g, "/w/conf", "team", dir, false),
+            (&g, "/w/conf", "team", other, true),
+            (&g, "/w/conf", "team", moved, true),
+            (&g, "/w", "conf", moved, true),
+            (&g, "/w", "conf", other, true),
+            (&g, "/w", "conf", dir, false),
+            (&g, "/w/conf", "other.cfg", other, false),
+            (&g, "/w/conf/team", "y.cfg", other, false),
         ];
         for (guard, parent, name, making, refused) in table {
             let got = guard.refuses(OsStr::new(name), *making, || Some(PathBuf::from(parent)));
@@ -1060,7 +1118,7 @@ mod tests {
             making in proptest::sample::select(vec![Making::Directory, Making::Other, Making::MovedDirectory]),
             head in proptest::bool::ANY,
         ) {
-            let g = CreateGuard { workspace: "/w".into(), head_at_top: head, repo_at_top: !head };
+            let g = CreateGuard { workspace: "/w".into(), head_at_top: head, repo_at_top: !head, include_paths: vec![] };
             let mut parent = PathBuf::from(if inside { "/w" } else { "/elsewhere" });
             parent.extend(&parts);
             let refused = g.refuses(std::ffi::OsStr::new(name), making, || Some(parent.clone())).is_some();

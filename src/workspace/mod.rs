@@ -639,6 +639,28 @@ pub fn git_layout(root: &Path) -> GitLayout {
     git_layout_of(root, git, layout)
 }
 
+/// What the git configurations read for the workspace `root` include from
+/// it (see [`gitconfig`]): those of its git directories (`layout`), of a git
+/// directory outside that its `.git` file names, and the global and system
+/// files of the person running git (`HOME`, and the account's home when
+/// that differs).
+pub fn git_includes(root: &Path, layout: &GitLayout) -> Result<gitconfig::GitIncludes, gitconfig::UnreadableConfig> {
+    let dotgit = Path::new(".git");
+    let outside = std::fs::symlink_metadata(root.join(dotgit))
+        .is_ok_and(|m| m.is_file())
+        .then(|| outside_git_dir(root, dotgit))
+        .flatten();
+    let mut homes: Vec<PathBuf> = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .filter(|h| h.is_absolute())
+        .into_iter()
+        .collect();
+    if let Some(h) = crate::state::account_home().filter(|h| !homes.contains(h)) {
+        homes.push(h);
+    }
+    gitconfig::includes(root, &layout.dirs, outside.as_deref(), &homes)
+}
+
 /// The directories in `root/rel`, as paths relative to `root`; never
 /// through a symlink below `.git`: what it points at is not ours.
 fn subdirs(root: &Path, rel: &Path) -> Vec<PathBuf> {
@@ -1383,6 +1405,7 @@ fn rename_beneath(root: &Path, rel: &Path, new_name: &std::ffi::OsStr) -> std::i
     dir.rename_from(&dir, name, new_name)
 }
 pub mod beneath;
+pub mod gitconfig;
 pub mod gitindex;
 pub mod listing;
 pub mod overlay;

@@ -548,6 +548,7 @@ impl Capture {
             git_dirs: &[],
             upper: self.upper(),
             globs: LazyGlobs::new(globs),
+            includes: std::cell::OnceCell::new(),
             out: &mut outcome,
             ops: &mut ops,
             started: SystemTime::now(),
@@ -1031,6 +1032,7 @@ fn land(
             git_dirs: subtrees,
             upper: dir.join("upper"),
             globs: LazyGlobs::new(globs),
+            includes: std::cell::OnceCell::new(),
             out: &mut out,
             ops: &mut ops,
             started,
@@ -1223,6 +1225,10 @@ struct Planner<'a> {
     git_dirs: &'a [&'a Path],
     upper: PathBuf,
     globs: LazyGlobs<'a>,
+    /// What the workspace's git configurations include from it, read at the
+    /// first path judged (see `gitconfig`): as they are on the host now,
+    /// which is what git will obey once the changes land.
+    includes: std::cell::OnceCell<Result<super::gitconfig::GitIncludes, String>>,
     out: &'a mut Outcome,
     /// Operations with whether each is allowed.
     ops: &'a mut Vec<(Op, bool)>,
@@ -1263,6 +1269,25 @@ impl Planner<'_> {
         if let Some(p) = self.globs.get().protected_by(&r) {
             self.out.violations.push(format!("{what} `{r}`: protected path ({p})"));
             return false;
+        }
+        let ws = self.ws;
+        let includes = self
+            .includes
+            .get_or_init(|| super::git_includes(ws, &super::git_layout(ws)).map_err(|e| e.to_string()));
+        match includes {
+            Ok(i) if i.guards(rel) => {
+                self.out.violations.push(format!(
+                    "{what} `{r}`: protected path (a git configuration includes it, or a path below it: `include.path`)"
+                ));
+                return false;
+            }
+            Ok(_) => {}
+            Err(e) => {
+                self.out.violations.push(format!(
+                    "{what} `{r}`: a git configuration cannot be read for the files it includes ({e})"
+                ));
+                return false;
+            }
         }
         // A git directory is one with a HEAD, before the run or made by it.
         let has_head = |d: &Path| {
