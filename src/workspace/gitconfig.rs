@@ -94,6 +94,12 @@ pub fn includes(
     if let Some(x) = std::env::var_os("XDG_CONFIG_HOME").filter(|x| Path::new(x).is_absolute()) {
         configs.push(Path::new(&x).join("git/config"));
     }
+    // Where the person's git is told to read them instead.
+    for var in ["GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM"] {
+        if let Some(f) = std::env::var_os(var).filter(|f| Path::new(f).is_absolute()) {
+            configs.push(PathBuf::from(f));
+        }
+    }
     configs.push(PathBuf::from("/etc/gitconfig"));
     configs.dedup();
 
@@ -127,9 +133,23 @@ pub fn includes(
                         why: format!("includes `{value}`, whose path has more symlinks than a lookup follows"),
                     });
                 };
-                let regular = std::fs::metadata(&resolved).is_ok_and(|m| m.is_file());
-                if resolved.starts_with(root) && regular && !found.files.contains(&resolved) {
-                    found.files.push(resolved.clone());
+                let meta = std::fs::metadata(&resolved).ok().filter(|m| m.is_file());
+                if let Some(m) = meta.filter(|_| resolved.starts_with(root)) {
+                    // A read-only mount covers one name: through another
+                    // hard link the run would write the same file.
+                    if std::os::unix::fs::MetadataExt::nlink(&m) > 1 {
+                        return Err(UnreadableConfig {
+                            path: config.clone(),
+                            line,
+                            why: format!(
+                                "includes `{}`, which has other hard links, through which a run could change it; give it a name of its own (`cp F F.new && mv F.new F`)",
+                                resolved.display()
+                            ),
+                        });
+                    }
+                    if !found.files.contains(&resolved) {
+                        found.files.push(resolved.clone());
+                    }
                 }
                 if depth + 1 < MAX_DEPTH {
                     stack.push((resolved, depth + 1));
@@ -541,6 +561,20 @@ mod tests {
         .unwrap();
         let e = includes(&root, &[PathBuf::from(".git")], None, &[]).unwrap_err();
         assert_eq!((e.path, e.line), (root.join(".git/config"), 4));
+    }
+
+    #[test]
+    fn an_included_file_with_other_hard_links_is_an_error() {
+        let t = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(t.path()).unwrap();
+        std::fs::create_dir_all(root.join(".git")).unwrap();
+        std::fs::write(root.join(".git/config"), "[include]\n\tpath = ../shared.cfg\n").unwrap();
+        std::fs::write(root.join("shared.cfg"), "").unwrap();
+        assert!(includes(&root, &[PathBuf::from(".git")], None, &[]).is_ok());
+        std::fs::hard_link(root.join("shared.cfg"), root.join("alias.cfg")).unwrap();
+        let e = includes(&root, &[PathBuf::from(".git")], None, &[]).unwrap_err();
+        assert_eq!(e.line, 2);
+        assert!(e.why.contains("hard links"), "{e}");
     }
 
     #[test]
