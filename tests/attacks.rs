@@ -706,6 +706,54 @@ fn an_overlay_run_and_a_landed_preview_keep_out_what_a_git_configuration_include
 }
 
 #[test]
+fn includes_of_a_repository_around_the_workspace_and_of_a_linked_file_are_protected() {
+    // The workspace a folder of a larger repository: git there uses the
+    // enclosing one, whose configuration includes a file of the workspace.
+    let w = World::new();
+    let around = w.ws.parent().unwrap();
+    let git = |args: &[&str]| {
+        let o = Command::new("git").args(args).current_dir(around).output().unwrap();
+        assert!(o.status.success(), "git {args:?}: {}", text(&o));
+    };
+    git(&["init", "-q"]);
+    git(&["config", "include.path", "../ws/team.gitconfig"]);
+    let (line, mark) = {
+        let mark = w.outside.join("git-ran-the-planted-fsmonitor");
+        let program = w.outside.join("fsmonitor.sh");
+        std::fs::write(&program, format!("#!/bin/sh\ntouch {}\n", mark.display())).unwrap();
+        std::fs::set_permissions(&program, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        (format!("[core]\\n\\tfsmonitor = {}\\n", program.display()), mark)
+    };
+    let script = format!("printf '{line}' | tee team.gitconfig; echo ran");
+    let o = w.run(&script);
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    assert!(!exists(&w.ws.join("team.gitconfig")), "{}", text(&o));
+    assert!(!host_git_status_ran(&w, &mark), "{}", text(&o));
+    let c = w.control(&script);
+    assert!(host_git_status_ran(&w, &mark), "control: {}", text(&c));
+
+    // An included file that is a symlink: git takes its own relative
+    // includes from where the link is, not from where it leads.
+    let w = World::new();
+    host_git(&w, &["init", "-q"]);
+    host_git(&w, &["config", "include.path", "../team.cfg"]);
+    w.write("conf/real.cfg", "[include]\n\tpath = extra.cfg\n");
+    std::os::unix::fs::symlink("conf/real.cfg", w.ws.join("team.cfg")).unwrap();
+    let mark = w.outside.join("git-ran-the-planted-fsmonitor");
+    let program = w.outside.join("fsmonitor.sh");
+    std::fs::write(&program, format!("#!/bin/sh\ntouch {}\n", mark.display())).unwrap();
+    std::fs::set_permissions(&program, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let line = format!("[core]\\n\\tfsmonitor = {}\\n", program.display());
+    let script = format!("printf '{line}' | tee extra.cfg; echo ran");
+    let o = w.run(&script);
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    assert!(!exists(&w.ws.join("extra.cfg")), "{}", text(&o));
+    assert!(!host_git_status_ran(&w, &mark), "{}", text(&o));
+    let c = w.control(&script);
+    assert!(host_git_status_ran(&w, &mark), "control: {}", text(&c));
+}
+
+#[test]
 fn a_git_configuration_tether_exec_cannot_read_refuses_a_writable_run() {
     let w = World::new();
     host_git(&w, &["init", "-q"]);

@@ -22,6 +22,9 @@
 //! file and line, rather than passed over: what it could include would be
 //! unprotected.
 
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 
 /// How deep git follows includes (`MAX_INCLUDE_DEPTH` in git's config.c).
@@ -62,28 +65,20 @@ pub struct UnreadableConfig {
 }
 
 /// The includes of every configuration git reads for the workspace `root`
-/// (canonical): its git directories `git_dirs` (relative to `root`), a git
-/// directory outside it (`outside`), and the global and system files of
-/// each of `homes`.
-pub fn includes(
-    root: &Path,
-    git_dirs: &[PathBuf],
-    outside: Option<&Path>,
-    homes: &[PathBuf],
-) -> Result<GitIncludes, UnreadableConfig> {
+/// (canonical): those of the git directories `git_dirs` (absolute: the
+/// workspace's own, one outside that its `.git` file names, those of
+/// repositories around it), the global and system files of each of `homes`,
+/// and the includes git is given in its environment (`GIT_CONFIG_COUNT`).
+pub fn includes(root: &Path, git_dirs: &[PathBuf], homes: &[PathBuf]) -> Result<GitIncludes, UnreadableConfig> {
     let mut configs: Vec<PathBuf> = Vec::new();
-    for d in git_dirs
-        .iter()
-        .map(|d| root.join(d))
-        .chain(outside.map(Path::to_path_buf))
-    {
+    for d in git_dirs {
         configs.push(d.join("config"));
         configs.push(d.join("config.worktree"));
         // A linked worktree's settings are its common directory's.
         if let Ok(common) = super::read_planted(&d.join("commondir"), 4096) {
-            let common = String::from_utf8_lossy(&common).trim().to_string();
+            let common = common.trim_ascii();
             if !common.is_empty() {
-                configs.push(d.join(common).join("config"));
+                configs.push(d.join(OsStr::from_bytes(common)).join("config"));
             }
         }
     }
@@ -100,14 +95,52 @@ pub fn includes(
             configs.push(PathBuf::from(f));
         }
     }
-    configs.push(PathBuf::from("/etc/gitconfig"));
-    configs.dedup();
+    // The system file of git as Debian builds it, and as others do.
+    for f in SYSTEM_CONFIGS {
+        configs.push(PathBuf::from(f));
+    }
+    let mut seen = Vec::new();
+    configs.retain(|c| {
+        let new = !seen.contains(c);
+        seen.push(c.clone());
+        new
+    });
 
     let mut found = GitIncludes::default();
-    let mut stack: Vec<(PathBuf, usize)> = configs.into_iter().map(|c| (c, 0)).collect();
-    stack.reverse();
+    // (the file as git names it, how deep in includes): git takes a relative
+    // include from the directory of the file as named, links not resolved.
+    let mut stack: Vec<(PathBuf, usize)> = configs.into_iter().rev().map(|c| (c, 0)).collect();
+    // Includes git is given as `-c`-style variables in its environment:
+    // absolute or from a home only (git refuses relative ones there).
+    for (key, value) in environment_includes() {
+        for target in expand(&value, Path::new("/"), homes) {
+            found.follow(root, &target, &key, 0)?;
+            stack.push((target, 1));
+        }
+    }
     while let Some((config, depth)) = stack.pop() {
-        let Ok(text) = super::read_planted(&config, MAX_CONFIG_BYTES + 1) else {
+        // Where it really is, and what of the workspace git reads on the way
+        // (a configuration of the workspace's own repository git names through
+        // a symlink into the workspace, an included file anywhere).
+        let shown = config.display().to_string();
+        let real = if depth == 0 {
+            let mut on_the_way = Vec::new();
+            let (real, linked) = walk(root, &config, &mut on_the_way).ok_or_else(|| UnreadableConfig {
+                path: config.clone(),
+                line: 0,
+                why: "its path has more symlinks than a lookup follows".into(),
+            })?;
+            if linked {
+                found.follow(root, &config, &shown, 0)?;
+            }
+            real
+        } else {
+            match walk(root, &config, &mut Vec::new()) {
+                Some((real, _)) => real,
+                None => continue,
+            }
+        };
+        let Ok(text) = super::read_planted(&real, MAX_CONFIG_BYTES + 1) else {
             // Absent (most of them are), or not a regular file: git reads
             // nothing there either.
             continue;
@@ -126,33 +159,9 @@ pub fn includes(
             why,
         })? {
             for target in expand(&value, &base, homes) {
-                let Some(resolved) = walk(root, &target, &mut found.paths) else {
-                    return Err(UnreadableConfig {
-                        path: config.clone(),
-                        line,
-                        why: format!("includes `{value}`, whose path has more symlinks than a lookup follows"),
-                    });
-                };
-                let meta = std::fs::metadata(&resolved).ok().filter(|m| m.is_file());
-                if let Some(m) = meta.filter(|_| resolved.starts_with(root)) {
-                    // A read-only mount covers one name: through another
-                    // hard link the run would write the same file.
-                    if std::os::unix::fs::MetadataExt::nlink(&m) > 1 {
-                        return Err(UnreadableConfig {
-                            path: config.clone(),
-                            line,
-                            why: format!(
-                                "includes `{}`, which has other hard links, through which a run could change it; give it a name of its own (`cp F F.new && mv F.new F`)",
-                                resolved.display()
-                            ),
-                        });
-                    }
-                    if !found.files.contains(&resolved) {
-                        found.files.push(resolved.clone());
-                    }
-                }
+                found.follow(root, &target, &format!("{shown}:{line}"), line)?;
                 if depth + 1 < MAX_DEPTH {
-                    stack.push((resolved, depth + 1));
+                    stack.push((target, depth + 1));
                 }
             }
         }
@@ -162,33 +171,104 @@ pub fn includes(
     Ok(found)
 }
 
+/// Where git's system configuration is, as git is built by distributions
+/// (`/etc`), from source (`/usr/local/etc`) and by Homebrew.
+const SYSTEM_CONFIGS: [&str; 4] = [
+    "/etc/gitconfig",
+    "/usr/local/etc/gitconfig",
+    "/opt/homebrew/etc/gitconfig",
+    "/home/linuxbrew/.linuxbrew/etc/gitconfig",
+];
+
+impl GitIncludes {
+    /// Records what of the workspace git reads to include `target`, named
+    /// at `origin` (`line` there).
+    fn follow(&mut self, root: &Path, target: &Path, origin: &str, line: usize) -> Result<(), UnreadableConfig> {
+        let error = |why: String| UnreadableConfig {
+            path: PathBuf::from(origin),
+            line,
+            why,
+        };
+        let Some((resolved, _)) = walk(root, target, &mut self.paths) else {
+            return Err(error(format!(
+                "includes `{}`, whose path has more symlinks than a lookup follows",
+                target.display()
+            )));
+        };
+        let meta = std::fs::metadata(&resolved).ok().filter(|m| m.is_file());
+        if let Some(m) = meta.filter(|_| resolved.starts_with(root)) {
+            // A read-only mount covers one name: through another hard link
+            // the run would write the same file.
+            if m.nlink() > 1 {
+                return Err(error(format!(
+                    "includes `{}`, which has other hard links, through which a run could change it; give it a name of its own (`cp F F.new && mv F.new F`)",
+                    resolved.display()
+                )));
+            }
+            if !self.files.contains(&resolved) {
+                self.files.push(resolved);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `include.path` and `includeIf.*.path` among the variables git is given
+/// in its environment (`GIT_CONFIG_COUNT`, `GIT_CONFIG_KEY_n`,
+/// `GIT_CONFIG_VALUE_n`), each with the name of its variable.
+fn environment_includes() -> Vec<(String, Vec<u8>)> {
+    let count: usize = std::env::var("GIT_CONFIG_COUNT")
+        .ok()
+        .and_then(|c| c.trim().parse().ok())
+        .unwrap_or(0);
+    (0..count.min(1000))
+        .filter_map(|i| {
+            let key = std::env::var(format!("GIT_CONFIG_KEY_{i}")).ok()?.to_ascii_lowercase();
+            let include = key == "include.path" || (key.starts_with("includeif.") && key.ends_with(".path"));
+            let value = std::env::var_os(format!("GIT_CONFIG_VALUE_{i}"))?;
+            include.then(|| (format!("GIT_CONFIG_VALUE_{i}"), value.as_bytes().to_vec()))
+        })
+        .collect()
+}
+
 /// The paths an include's value names: `~/` is each home's, a relative path
 /// is the including file's directory's. `%(prefix)/` (git's own
 /// installation) is never in a workspace.
-fn expand(value: &str, base: &Path, homes: &[PathBuf]) -> Vec<PathBuf> {
-    if value.starts_with("%(prefix)/") || value.is_empty() {
+fn expand(value: &[u8], base: &Path, homes: &[PathBuf]) -> Vec<PathBuf> {
+    if value.starts_with(b"%(prefix)/") || value.is_empty() {
         return Vec::new();
     }
-    if value == "~" || value.starts_with("~/") {
-        let rest = value.trim_start_matches('~').trim_start_matches('/');
+    if value == b"~" || value.starts_with(b"~/") {
+        let rest = OsStr::from_bytes(value[1..].strip_prefix(b"/").unwrap_or(&[]));
         return homes.iter().map(|h| h.join(rest)).collect();
     }
-    if let Some(named) = value.strip_prefix('~') {
-        let (user, rest) = named.split_once('/').unwrap_or((named, ""));
-        return nix::unistd::User::from_name(user)
+    if let Some(named) = value.strip_prefix(b"~") {
+        let (user, rest) = match named.iter().position(|c| *c == b'/') {
+            Some(i) => (&named[..i], &named[i + 1..]),
+            None => (named, &[][..]),
+        };
+        return std::str::from_utf8(user)
             .ok()
-            .flatten()
-            .map(|u| u.dir.join(rest))
+            .and_then(|u| nix::unistd::User::from_name(u).ok().flatten())
+            .map(|u| u.dir.join(OsStr::from_bytes(rest)))
             .into_iter()
             .collect();
     }
-    vec![base.join(value)]
+    vec![base.join(OsStr::from_bytes(value))]
 }
 
-/// Resolves `path` as the kernel would, recording (relative to `root`) each
-/// symlink inside `root` it follows and, when it ends inside `root`, where
-/// it ends. `None`: too many symlinks.
-fn walk(root: &Path, path: &Path, seen: &mut Vec<PathBuf>) -> Option<PathBuf> {
+/// Resolves `path` as the kernel would, recording (relative to `root`) what
+/// of `root` the lookup depends on: each symlink it follows, each directory
+/// it steps back out of (`dir/..`: swapped for a symlink, it would lead
+/// elsewhere), and where it ends. `None`: too many symlinks. With the end,
+/// whether a symlink was followed.
+fn walk(root: &Path, path: &Path, seen: &mut Vec<PathBuf>) -> Option<(PathBuf, bool)> {
+    let inside = |p: &Path| {
+        p.strip_prefix(root)
+            .ok()
+            .filter(|r| !r.as_os_str().is_empty())
+            .map(Path::to_path_buf)
+    };
     let mut done = PathBuf::from("/");
     let mut todo: Vec<PathBuf> = path.components().rev().map(|c| c.as_os_str().into()).collect();
     let mut links = 0;
@@ -196,6 +276,7 @@ fn walk(root: &Path, path: &Path, seen: &mut Vec<PathBuf>) -> Option<PathBuf> {
         match Path::new(&c).components().next() {
             Some(Component::RootDir) => done = PathBuf::from("/"),
             Some(Component::ParentDir) => {
+                seen.extend(inside(&done));
                 done.pop();
             }
             Some(Component::Normal(name)) => {
@@ -206,9 +287,7 @@ fn walk(root: &Path, path: &Path, seen: &mut Vec<PathBuf>) -> Option<PathBuf> {
                         if links > MAX_LINKS {
                             return None;
                         }
-                        if let Ok(rel) = next.strip_prefix(root) {
-                            seen.push(rel.to_path_buf());
-                        }
+                        seen.extend(inside(&next));
                         let target = std::fs::read_link(&next).ok()?;
                         todo.extend(target.components().rev().map(|c| c.as_os_str().into()));
                     }
@@ -218,25 +297,16 @@ fn walk(root: &Path, path: &Path, seen: &mut Vec<PathBuf>) -> Option<PathBuf> {
             _ => {}
         }
     }
-    if let Ok(rel) = done.strip_prefix(root) {
-        if !rel.as_os_str().is_empty() {
-            seen.push(rel.to_path_buf());
-        }
-    }
-    Some(done)
+    seen.extend(inside(&done));
+    Some((done, links > 0))
 }
 
 /// The values of `include.path` and `includeIf.*.path` in a configuration's
 /// text, with their line numbers, read by git's rules (sections and keys
 /// case-insensitive, `[section] key = value` on one line, quotes, escapes,
 /// comments, continuation lines). Err: (line, what is wrong).
-pub fn include_values(text: &[u8]) -> Result<Vec<(usize, String)>, (usize, String)> {
-    let text = String::from_utf8_lossy(text);
-    let mut p = Parser {
-        s: text.as_bytes(),
-        i: 0,
-        line: 1,
-    };
+pub fn include_values(text: &[u8]) -> Result<Vec<(usize, Vec<u8>)>, (usize, String)> {
+    let mut p = Parser { s: text, i: 0, line: 1 };
     if p.s.starts_with(b"\xef\xbb\xbf") {
         p.i = 3;
     }
@@ -378,8 +448,10 @@ impl Parser<'_> {
         key
     }
 
-    /// A value after `=`, to the end of its line (continuations included).
-    fn value(&mut self) -> Result<String, (usize, String)> {
+    /// A value after `=`, to the end of its line (continuations included),
+    /// as bytes (a name need not be UTF-8); git, reading it as a C string,
+    /// stops at a NUL.
+    fn value(&mut self) -> Result<Vec<u8>, (usize, String)> {
         let mut out: Vec<u8> = Vec::new();
         // Whitespace is kept only between other characters, or quoted.
         let mut kept = 0;
@@ -413,6 +485,8 @@ impl Parser<'_> {
                     let e = self.peek();
                     self.bump();
                     match e {
+                        // At the very end, as at the end of a line.
+                        None => break,
                         Some(b'\n') => continue,
                         Some(b'\r') if self.peek() == Some(b'\n') => {
                             self.bump();
@@ -441,7 +515,10 @@ impl Parser<'_> {
             }
         }
         out.truncate(kept);
-        Ok(String::from_utf8_lossy(&out).into_owned())
+        if let Some(nul) = out.iter().position(|c| *c == 0) {
+            out.truncate(nul);
+        }
+        Ok(out)
     }
 }
 
@@ -473,12 +550,20 @@ mod tests {
                 "[core]\nfsmonitor = x\n[include]\n\tpath = a\n\tpath = b\n",
                 &[(4, "a"), (5, "b")],
             ),
+            // git reads a value as a C string: a NUL ends it.
+            ("[include]\npath = ../shared.cfg\0x\n", &[(2, "../shared.cfg")]),
+            // A backslash at the very end is the end of the line.
+            ("[include]\npath = last\\", &[(2, "last")]),
+            ("[alias]\nx = foo\\", &[]),
         ];
         for (text, want) in table {
             let got = include_values(text.as_bytes()).unwrap_or_else(|e| panic!("{text:?}: {e:?}"));
-            let want: Vec<(usize, String)> = want.iter().map(|(l, v)| (*l, v.to_string())).collect();
+            let want: Vec<(usize, Vec<u8>)> = want.iter().map(|(l, v)| (*l, v.as_bytes().to_vec())).collect();
             assert_eq!(got, want, "{text:?}");
         }
+        // Names are bytes, not text.
+        let got = include_values(b"[include]\npath = ../caf\xe9.cfg\n").unwrap();
+        assert_eq!(got, [(2, b"../caf\xe9.cfg".to_vec())]);
     }
 
     #[test]
@@ -519,11 +604,13 @@ mod tests {
             "[includeIf \"gitdir:~/ws/\"]\npath = ~/../ws/team.cfg\n",
         )
         .unwrap();
-        let found = includes(&root, &[PathBuf::from(".git")], None, std::slice::from_ref(&home)).unwrap();
+        let found = includes(&root, &[root.join(".git")], std::slice::from_ref(&home)).unwrap();
         let rel: Vec<&str> = found.paths.iter().map(|p| p.to_str().unwrap()).collect();
         assert_eq!(
             rel,
             [
+                // Stepped back out of (`../shared.gitconfig` from `.git`).
+                ".git",
                 "conf/nested.cfg",
                 "conf/real/x.cfg",
                 "link",
@@ -559,7 +646,7 @@ mod tests {
             "[core]\n\tbare = false\n[include]\n\tpath = \"x\n",
         )
         .unwrap();
-        let e = includes(&root, &[PathBuf::from(".git")], None, &[]).unwrap_err();
+        let e = includes(&root, &[root.join(".git")], &[]).unwrap_err();
         assert_eq!((e.path, e.line), (root.join(".git/config"), 4));
     }
 
@@ -570,9 +657,9 @@ mod tests {
         std::fs::create_dir_all(root.join(".git")).unwrap();
         std::fs::write(root.join(".git/config"), "[include]\n\tpath = ../shared.cfg\n").unwrap();
         std::fs::write(root.join("shared.cfg"), "").unwrap();
-        assert!(includes(&root, &[PathBuf::from(".git")], None, &[]).is_ok());
+        assert!(includes(&root, &[root.join(".git")], &[]).is_ok());
         std::fs::hard_link(root.join("shared.cfg"), root.join("alias.cfg")).unwrap();
-        let e = includes(&root, &[PathBuf::from(".git")], None, &[]).unwrap_err();
+        let e = includes(&root, &[root.join(".git")], &[]).unwrap_err();
         assert_eq!(e.line, 2);
         assert!(e.why.contains("hard links"), "{e}");
     }
@@ -583,7 +670,48 @@ mod tests {
         let root = std::fs::canonicalize(t.path()).unwrap();
         std::fs::create_dir_all(root.join(".git")).unwrap();
         std::fs::write(root.join(".git/config"), "[core]\n\tbare = false\n").unwrap();
-        let found = includes(&root, &[PathBuf::from(".git")], None, &[]).unwrap();
+        let found = includes(&root, &[root.join(".git")], &[]).unwrap();
         assert_eq!(found, GitIncludes::default());
+    }
+
+    /// git takes a relative include from the directory of the file as it
+    /// named it, not from where a symlink leads; and a directory a path steps
+    /// back out of decides where it leads.
+    #[test]
+    fn includes_of_a_linked_file_and_paths_through_dotdot_are_followed_as_git_does() {
+        let t = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(t.path()).unwrap();
+        std::fs::create_dir_all(root.join(".git")).unwrap();
+        std::fs::create_dir_all(root.join("conf")).unwrap();
+        std::fs::create_dir_all(root.join("up")).unwrap();
+        std::fs::write(
+            root.join(".git/config"),
+            "[include]\n\tpath = ../team.cfg\n\tpath = ../up/../shared.cfg\n",
+        )
+        .unwrap();
+        std::fs::write(root.join("conf/real.cfg"), "[include]\n\tpath = extra.cfg\n").unwrap();
+        std::os::unix::fs::symlink("conf/real.cfg", root.join("team.cfg")).unwrap();
+        let found = includes(&root, &[root.join(".git")], &[]).unwrap();
+        let rel: Vec<&str> = found.paths.iter().map(|p| p.to_str().unwrap()).collect();
+        assert_eq!(
+            rel,
+            [".git", "conf/real.cfg", "extra.cfg", "shared.cfg", "team.cfg", "up"]
+        );
+    }
+
+    /// The workspace's own `.git/config` named through a symlink into the
+    /// workspace: git obeys the file it leads to.
+    #[test]
+    fn a_config_that_is_a_symlink_into_the_workspace_is_protected_where_it_leads() {
+        let t = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(t.path()).unwrap();
+        std::fs::create_dir_all(root.join(".git")).unwrap();
+        std::fs::write(root.join("my.gitconfig"), "[core]\n").unwrap();
+        std::os::unix::fs::symlink("../my.gitconfig", root.join(".git/config")).unwrap();
+        let found = includes(&root, &[root.join(".git")], &[]).unwrap();
+        let rel: Vec<&str> = found.paths.iter().map(|p| p.to_str().unwrap()).collect();
+        // (`.git` too: the link steps back out of it.)
+        assert_eq!(rel, [".git", ".git/config", "my.gitconfig"]);
+        assert_eq!(found.files, [root.join("my.gitconfig")]);
     }
 }

@@ -641,24 +641,52 @@ pub fn git_layout(root: &Path) -> GitLayout {
 
 /// What the git configurations read for the workspace `root` include from
 /// it (see [`gitconfig`]): those of its git directories (`layout`), of a git
-/// directory outside that its `.git` file names, and the global and system
-/// files of the person running git (`HOME`, and the account's home when
-/// that differs).
+/// directory outside that its `.git` file names, of every repository around
+/// the workspace (git in a workspace without a `.git` of its own uses the
+/// enclosing one, and a person at the top of that one obeys its includes
+/// too), and the global and system files of the person running git (`HOME`,
+/// the account's home, and the workspace owner's when that is someone else).
 pub fn git_includes(root: &Path, layout: &GitLayout) -> Result<gitconfig::GitIncludes, gitconfig::UnreadableConfig> {
+    let mut dirs: Vec<PathBuf> = layout.dirs.iter().map(|d| root.join(d)).collect();
     let dotgit = Path::new(".git");
-    let outside = std::fs::symlink_metadata(root.join(dotgit))
-        .is_ok_and(|m| m.is_file())
-        .then(|| outside_git_dir(root, dotgit))
-        .flatten();
+    if std::fs::symlink_metadata(root.join(dotgit)).is_ok_and(|m| m.is_file()) {
+        dirs.extend(outside_git_dir(root, dotgit));
+    }
+    for around in root.ancestors().skip(1) {
+        let g = around.join(".git");
+        match std::fs::symlink_metadata(&g) {
+            Ok(m) if m.is_file() => dirs.extend(named_git_dir(around, &g)),
+            Ok(_) => dirs.push(g),
+            Err(_) => {}
+        }
+    }
     let mut homes: Vec<PathBuf> = std::env::var_os("HOME")
         .map(PathBuf::from)
         .filter(|h| h.is_absolute())
         .into_iter()
         .collect();
-    if let Some(h) = crate::state::account_home().filter(|h| !homes.contains(h)) {
-        homes.push(h);
+    let owner = std::fs::metadata(root)
+        .ok()
+        .map(|m| m.uid())
+        .filter(|uid| *uid != nix::unistd::getuid().as_raw())
+        .and_then(|uid| nix::unistd::User::from_uid(uid.into()).ok().flatten())
+        .map(|u| u.dir);
+    for h in crate::state::account_home().into_iter().chain(owner) {
+        if !homes.contains(&h) {
+            homes.push(h);
+        }
     }
-    gitconfig::includes(root, &layout.dirs, outside.as_deref(), &homes)
+    gitconfig::includes(root, &dirs, &homes)
+}
+
+/// The git directory a `.git` file at `dir` names (`gitdir: PATH`, relative
+/// to `dir`), wherever it is.
+fn named_git_dir(dir: &Path, dotgit: &Path) -> Option<PathBuf> {
+    let text = read_planted(dotgit, 4096).ok()?;
+    let line = text.split(|b| *b == b'\n').next()?;
+    let named = line.strip_prefix(b"gitdir:")?;
+    let named = std::ffi::OsStr::from_bytes(named.trim_ascii());
+    Some(dir.join(named))
 }
 
 /// The directories in `root/rel`, as paths relative to `root`; never
