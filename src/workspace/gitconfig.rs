@@ -305,7 +305,7 @@ fn walk(root: &Path, path: &Path, seen: &mut Vec<PathBuf>) -> Option<(PathBuf, b
 /// text, with their line numbers, read by git's rules (sections and keys
 /// case-insensitive, `[section] key = value` on one line, quotes, escapes,
 /// comments, continuation lines). Err: (line, what is wrong).
-pub fn include_values(text: &[u8]) -> Result<Vec<(usize, Vec<u8>)>, (usize, String)> {
+pub fn include_values(text: &[u8]) -> Result<Vec<(usize, Vec<u8>)>, SyntaxError> {
     let mut p = Parser { s: text, i: 0, line: 1 };
     if p.s.starts_with(b"\xef\xbb\xbf") {
         p.i = 3;
@@ -347,6 +347,9 @@ pub fn include_values(text: &[u8]) -> Result<Vec<(usize, Vec<u8>)>, (usize, Stri
     Ok(out)
 }
 
+/// Where a configuration's text breaks git's rules: (line, what is wrong).
+pub type SyntaxError = (usize, String);
+
 struct Parser<'a> {
     s: &'a [u8],
     i: usize,
@@ -382,7 +385,7 @@ impl Parser<'_> {
 
     /// `[name]`, `[name "subsection"]` or `[name.sub]`: the section's name
     /// lowercased, a subsection after a dot as written.
-    fn section(&mut self) -> Result<String, (usize, String)> {
+    fn section(&mut self) -> Result<String, SyntaxError> {
         self.bump(); // [
         let mut name = String::new();
         while let Some(c) = self.peek() {
@@ -451,7 +454,7 @@ impl Parser<'_> {
     /// A value after `=`, to the end of its line (continuations included),
     /// as bytes (a name need not be UTF-8); git, reading it as a C string,
     /// stops at a NUL.
-    fn value(&mut self) -> Result<Vec<u8>, (usize, String)> {
+    fn value(&mut self) -> Result<Vec<u8>, SyntaxError> {
         let mut out: Vec<u8> = Vec::new();
         // Whitespace is kept only between other characters, or quoted.
         let mut kept = 0;
