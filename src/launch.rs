@@ -619,7 +619,8 @@ fn execute(
 ) -> Finished {
     let isolation = Isolation::of(plan);
     let writable = policy.profile() == Profile::WorkspaceWrite;
-    let protected_before = writable.then(|| crate::workspace::snapshot_protected(&plan.workspace, env_before));
+    let protected_before =
+        writable.then(|| crate::workspace::snapshot_protected(&plan.workspace, env_before, &plan.found_git_dirs));
     let (mut borrowed, mut deferred) = match audit {
         Audit::Open(log) => (Some(log), None),
         Audit::Deferred(f) => (None, Some(f)),
@@ -1414,7 +1415,10 @@ fn land_preview(
     // The check a run owes after it (see `execute`), owed by a landing too:
     // what a preview lands can make a `.git` file or a gitlink that git
     // would follow, which the preview's own check of paths does not see.
-    let before = crate::workspace::snapshot_protected(ws, crate::workspace::scan_secrets(ws, state).env);
+    let scan = crate::workspace::scan_secrets(ws, state);
+    let mut layout = crate::workspace::git_layout(ws);
+    crate::workspace::add_found_repositories(ws, &mut layout, &scan.repos);
+    let before = crate::workspace::snapshot_protected(ws, scan.env, &layout.found);
     let pending = crate::workspace::PendingCheck::record(state, ws, &before);
     let pending = match pending {
         Ok(p) => p,

@@ -754,6 +754,55 @@ fn includes_of_a_repository_around_the_workspace_and_of_a_linked_file_are_protec
 }
 
 #[test]
+fn repositories_no_index_names_that_were_there_before_the_run_are_protected() {
+    // A workspace of several repositories (no repository at its top), as a
+    // person's `~/code` is: an editor finds each and runs `git status` there.
+    let w = World::new();
+    let o = Command::new("git")
+        .args(["init", "-q", "proj"])
+        .current_dir(&w.ws)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let mark = w.outside.join("git-ran-the-planted-fsmonitor");
+    let program = w.outside.join("fsmonitor.sh");
+    std::fs::write(&program, format!("#!/bin/sh\ntouch {}\n", mark.display())).unwrap();
+    std::fs::set_permissions(&program, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let line = format!("[core]\\n\\tfsmonitor = {}\\n", program.display());
+    let status_ran = || {
+        let _ = Command::new("git")
+            .args(["status", "--short"])
+            .current_dir(w.ws.join("proj"))
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        exists(&mark)
+    };
+    let script = format!(
+        "printf '{line}' | tee -a proj/.git/config; printf '#!/bin/sh\\n' | tee proj/.git/hooks/pre-commit; \
+         printf ../../elsewhere | tee proj/.git/commondir; echo ran"
+    );
+    let o = w.run(&script);
+    assert!(stdout(&o).contains("ran"), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    assert!(!status_ran(), "the host's git ran what the run planted: {}", text(&o));
+    assert!(
+        !exists(&w.ws.join("proj/.git/hooks/pre-commit")) && !exists(&w.ws.join("proj/.git/commondir")),
+        "{}",
+        text(&o)
+    );
+    // A repository the run makes is its own, as `git init` or `cargo new` make them.
+    let o = w.run("git init -q made && git -C made config user.name x && echo ok");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    // And the repository that was there still works for the run.
+    let o = w.run("printf x | tee proj/file >/dev/null && git -C proj add file && echo ok");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    // Control: without the sandbox the planted settings are obeyed.
+    let c = w.control(&format!("printf '{line}' | tee -a proj/.git/config"));
+    assert!(status_ran(), "control: {}", text(&c));
+}
+
+#[test]
 fn a_git_configuration_tether_exec_cannot_read_refuses_a_writable_run() {
     let w = World::new();
     host_git(&w, &["init", "-q"]);

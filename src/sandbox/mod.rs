@@ -136,8 +136,9 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state:
             }
         }
     }
-    let git = crate::workspace::git_layout(workspace);
     let secrets = crate::workspace::scan_secrets(workspace, state);
+    let mut git = crate::workspace::git_layout(workspace);
+    crate::workspace::add_found_repositories(workspace, &mut git, &secrets.repos);
     let protected_present = protected_present(workspace, &git);
     // By where they are, not by how they were named: a policy file named
     // through a symlink outside is still the workspace's to protect.
@@ -221,6 +222,7 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state:
             .filter(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir()))
             .collect(),
         policy_files_in_workspace,
+        found_git_dirs: git.found.clone(),
         git_includes,
         git_includes_unreadable,
         system_secrets,
@@ -311,7 +313,7 @@ fn protected_present(workspace: &Path, git: &crate::workspace::GitLayout) -> Vec
     if git.dirs.is_empty() {
         candidates.push(".git".into());
     }
-    for g in &git.dirs {
+    for g in git.dirs.iter().chain(&git.found) {
         candidates.extend(crate::workspace::GIT_CONTROL.iter().map(|c| g.join(c)));
     }
     candidates.extend(git.pointers.iter().cloned());

@@ -585,6 +585,50 @@ pub struct GitLayout {
     /// (empty, as git leaves a submodule it has not initialised) so that
     /// they too can be read-only. See [`make_missing_checkouts`].
     pub missing_checkouts: Vec<PathBuf>,
+    /// Git directories of repositories below the top that no index names
+    /// but that were there before the run (a person's clones in a workspace
+    /// of several, an untracked `vendor/x`), found where the secret scan
+    /// looks (see [`add_found_repositories`]). Their control files are
+    /// protected as the top one's are (read-only, refused where missing,
+    /// pinned), without an overlay of their own.
+    pub found: Vec<PathBuf>,
+}
+
+/// Adds to `layout` the repositories the secret scan found (`repos`: work
+/// trees with a `.git` directory, relative) that it does not hold yet.
+/// Editors find such repositories and run `git status` in them, obeying
+/// their `config` and hooks: a run must not write those. A repository the
+/// run makes is its own (`git init sub`, `cargo new`), as anywhere else.
+pub fn add_found_repositories(root: &Path, layout: &mut GitLayout, repos: &[PathBuf]) {
+    for w in repos {
+        let g = w.join(".git");
+        if layout
+            .dirs
+            .iter()
+            .chain(&layout.found)
+            .any(|d| g.starts_with(d) || d.starts_with(&g))
+        {
+            continue;
+        }
+        // A real directory all the way (no symlink on the way: what it
+        // points at is not the workspace's to protect here).
+        let mut prefix = PathBuf::new();
+        let real = g.components().all(|c| {
+            prefix.push(c);
+            std::fs::symlink_metadata(root.join(&prefix)).is_ok_and(|m| m.is_dir())
+        });
+        if !real {
+            continue;
+        }
+        let mut ancestor = PathBuf::new();
+        for c in g.components() {
+            ancestor.push(c);
+            if !layout.pins.contains(&ancestor) {
+                layout.pins.push(ancestor.clone());
+            }
+        }
+        layout.found.push(g);
+    }
 }
 
 /// Makes the missing gitlink checkouts of `layout` (empty directories, the
@@ -647,7 +691,7 @@ pub fn git_layout(root: &Path) -> GitLayout {
 /// too), and the global and system files of the person running git (`HOME`,
 /// the account's home, and the workspace owner's when that is someone else).
 pub fn git_includes(root: &Path, layout: &GitLayout) -> Result<gitconfig::GitIncludes, gitconfig::UnreadableConfig> {
-    let mut dirs: Vec<PathBuf> = layout.dirs.iter().map(|d| root.join(d)).collect();
+    let mut dirs: Vec<PathBuf> = layout.dirs.iter().chain(&layout.found).map(|d| root.join(d)).collect();
     let dotgit = Path::new(".git");
     if std::fs::symlink_metadata(root.join(dotgit)).is_ok_and(|m| m.is_file()) {
         dirs.extend(outside_git_dir(root, dotgit));
@@ -1027,6 +1071,9 @@ pub const SCAN_MAX_DEPTH: usize = 8;
 pub struct SecretScan {
     pub hidden: Vec<PathBuf>,
     pub env: EnvSecrets,
+    /// Work trees below the top with a `.git` directory (relative): see
+    /// [`add_found_repositories`].
+    pub repos: Vec<PathBuf>,
 }
 
 /// The `.env*` secrets (files, symlinks: anything a loader would read but a
@@ -1035,7 +1082,7 @@ pub struct SecretScan {
 pub struct EnvSecrets(Vec<(PathBuf, Option<EnvIdentity>)>);
 
 pub fn scan_secrets(workspace: &Path, state: &Path) -> SecretScan {
-    let found = scan(workspace, state, |name, kind| {
+    let (found, repos) = scan(workspace, state, |name, kind| {
         (kind == listing::EntryKind::File && crate::policy::is_secret_name(name)) || crate::policy::is_env_secret(name)
     });
     let env = env_secrets(workspace, &found);
@@ -1054,16 +1101,22 @@ pub fn scan_secrets(workspace: &Path, state: &Path) -> SecretScan {
         .collect();
     hidden.sort();
     hidden.dedup();
-    SecretScan { hidden, env }
+    SecretScan { hidden, env, repos }
 }
 
 /// Entries (never directories) whose name and type `want` accepts, found
-/// as the secret scan looks: bounded depth, skipping [`SCAN_SKIP_DIRS`].
+/// as the secret scan looks: bounded depth, skipping [`SCAN_SKIP_DIRS`];
+/// and the directories below the top that hold a `.git` directory.
 /// Directories unchanged since an earlier scan are not read again (see
 /// [`listing`]); `state` is the state directory, which holds those listings.
-fn scan(workspace: &Path, state: &Path, want: impl Fn(&str, listing::EntryKind) -> bool) -> Vec<PathBuf> {
+fn scan(
+    workspace: &Path,
+    state: &Path,
+    want: impl Fn(&str, listing::EntryKind) -> bool,
+) -> (Vec<PathBuf>, Vec<PathBuf>) {
     let mut listings = listing::Listings::load(state, workspace);
     let mut out = Vec::new();
+    let mut repos = Vec::new();
     let mut stack = vec![(PathBuf::new(), 0usize)];
     while let Some((rel, depth)) = stack.pop() {
         let dir = workspace.join(&rel);
@@ -1072,6 +1125,9 @@ fn scan(workspace: &Path, state: &Path, want: impl Fn(&str, listing::EntryKind) 
         };
         for name in &l.hits {
             out.push(dir.join(std::ffi::OsStr::from_bytes(name)));
+        }
+        if !rel.as_os_str().is_empty() && l.subdirs.iter().any(|n| n == b".git") {
+            repos.push(rel.clone());
         }
         if depth < SCAN_MAX_DEPTH {
             for name in &l.subdirs {
@@ -1084,7 +1140,8 @@ fn scan(workspace: &Path, state: &Path, want: impl Fn(&str, listing::EntryKind) 
     }
     listings.save();
     out.sort();
-    out
+    repos.sort();
+    (out, repos)
 }
 
 /// (device, inode) of each protected path before a run; `None` where absent.
@@ -1154,14 +1211,14 @@ fn identity(p: &Path) -> Option<(u64, u64)> {
 /// Record the protected paths' identities (a few `lstat`s; a repository with
 /// submodules or linked worktrees adds a short walk of them), with the
 /// `.env*` secrets of the scan made for the plan (see [`scan_secrets`]).
-pub fn snapshot_protected(root: &Path, env: EnvSecrets) -> ProtectedSnapshot {
+pub fn snapshot_protected(root: &Path, env: EnvSecrets, found: &[PathBuf]) -> ProtectedSnapshot {
     let layout = git_layout(root);
     let with_identity = |rel: PathBuf| {
         let id = identity(&root.join(&rel));
         (rel, id)
     };
     ProtectedSnapshot {
-        entries: protected_identities(&layout.dirs)
+        entries: protected_identities(&[layout.dirs.as_slice(), found].concat())
             .into_iter()
             .map(with_identity)
             .collect(),
