@@ -519,7 +519,7 @@ fn capture_for(policy: &Policy, state: &Path, ws: &Path) -> Result<Option<Captur
         return Ok(None);
     }
     let trees = plan::writable_trees(policy).ok().flatten();
-    let layout = crate::workspace::git_layout(ws);
+    let layout = crate::workspace::git_layout_with(ws, &crate::workspace::scan_before_run(ws, state).repos);
     // Gitlink checkouts that do not exist are made (empty), to be read-only
     // in the run: a `.git` the run put there would be obeyed at once.
     crate::workspace::make_missing_checkouts(ws, &layout).map_err(|e| {
@@ -620,7 +620,7 @@ fn execute(
     let isolation = Isolation::of(plan);
     let writable = policy.profile() == Profile::WorkspaceWrite;
     let protected_before =
-        writable.then(|| crate::workspace::snapshot_protected(&plan.workspace, env_before, &plan.found_git_dirs));
+        writable.then(|| crate::workspace::snapshot_protected(&plan.workspace, env_before, &plan.found_trees));
     let (mut borrowed, mut deferred) = match audit {
         Audit::Open(log) => (Some(log), None),
         Audit::Deferred(f) => (None, Some(f)),
@@ -1415,10 +1415,8 @@ fn land_preview(
     // The check a run owes after it (see `execute`), owed by a landing too:
     // what a preview lands can make a `.git` file or a gitlink that git
     // would follow, which the preview's own check of paths does not see.
-    let scan = crate::workspace::scan_secrets(ws, state);
-    let mut layout = crate::workspace::git_layout(ws);
-    crate::workspace::add_found_repositories(ws, &mut layout, &scan.repos);
-    let before = crate::workspace::snapshot_protected(ws, scan.env, &layout.found);
+    let scan = crate::workspace::scan_before_run(ws, state);
+    let before = crate::workspace::snapshot_protected(ws, scan.env, &scan.repos);
     let pending = crate::workspace::PendingCheck::record(state, ws, &before);
     let pending = match pending {
         Ok(p) => p,

@@ -803,6 +803,118 @@ fn repositories_no_index_names_that_were_there_before_the_run_are_protected() {
 }
 
 #[test]
+fn submodules_indexes_pointers_and_work_trees_of_repositories_found_before_the_run_are_protected() {
+    let w = World::new();
+    let git = |dir: &std::path::Path, args: &[&str]| {
+        let o = Command::new("git")
+            .args([
+                "-c",
+                "user.email=t@t",
+                "-c",
+                "user.name=t",
+                "-c",
+                "protocol.file.allow=always",
+            ])
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "git {args:?}: {}", text(&o));
+    };
+    // No repository at the top: `proj` (with a submodule `x`), and `sep`,
+    // whose `.git` is a file naming its git directory in `.repos`.
+    for r in ["proj", "lib"] {
+        git(&w.ws, &["init", "-q", r]);
+        w.write(&format!("{r}/f"), r);
+        git(&w.ws.join(r), &["add", "f"]);
+        git(&w.ws.join(r), &["commit", "-qm", "init"]);
+    }
+    git(&w.ws.join("proj"), &["submodule", "-q", "add", "../lib", "x"]);
+    git(&w.ws.join("proj"), &["commit", "-qm", "x"]);
+    std::fs::create_dir(w.ws.join(".repos")).unwrap();
+    let sep_dir = w.ws.join(".repos/sep.git");
+    git(
+        &w.ws,
+        &[
+            "init",
+            "-q",
+            &format!("--separate-git-dir={}", sep_dir.display()),
+            "sep",
+        ],
+    );
+    // The planted program writes down where git ran it.
+    let log = w.outside.join("git-ran-the-planted-fsmonitor");
+    let program = w.outside.join("fsmonitor.sh");
+    std::fs::write(&program, format!("#!/bin/sh\npwd >> {}\n", log.display())).unwrap();
+    std::fs::set_permissions(&program, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let p = program.display();
+    let ran_in = |dirs: &[&str]| -> Vec<String> {
+        for d in dirs {
+            let _ = Command::new("git")
+                .args(["status", "--short"])
+                .current_dir(w.ws.join(d))
+                .stdin(Stdio::null())
+                .output()
+                .unwrap();
+        }
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    };
+    let script = format!(
+        "git config -f proj/.git/modules/x/config core.fsmonitor {p}; \
+         git config -f .repos/sep.git/config core.fsmonitor {p}; \
+         printf 'gitdir: ../proj/.git\\n' | tee sep/.git; \
+         printf 'ref: refs/heads/master\\n' | tee proj/HEAD; \
+         cd proj && git init -q sub && git -C sub config core.fsmonitor {p} && \
+         git -C sub -c user.email=t@t -c user.name=t commit -q --allow-empty -m s && \
+         git add sub && git -c user.email=t@t -c user.name=t commit -qm sub; echo ran"
+    );
+    let o = w.run(&script);
+    assert!(stdout(&o).contains("ran"), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    let ran = ran_in(&["proj", "proj/x", "sep", "proj/sub"]);
+    assert!(
+        ran.is_empty(),
+        "the host's git ran what the run planted, in {ran:?}: {}",
+        text(&o)
+    );
+    assert!(!exists(&w.ws.join("proj/HEAD")), "{}", text(&o));
+    // Control: without the sandbox, git obeys each.
+    let c = w.control(&script);
+    let ran = ran_in(&["proj/x", "sep"]);
+    assert!(ran.len() >= 2, "control: {ran:?} {}", text(&c));
+}
+
+#[test]
+fn an_overlay_run_never_lands_a_control_file_of_a_repository_below_the_top() {
+    // The whole workspace an overlay: what the run made is judged before it
+    // lands, so a nested repository's `commondir` never exists on the host,
+    // not even for the moment before the check after the run.
+    let w = World::new();
+    let o = Command::new("git")
+        .args(["init", "-q", "proj"])
+        .current_dir(&w.ws)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let script = "printf ../../elsewhere | tee proj/.git/commondir; printf x | tee notes.txt; echo ran";
+    let o = w.run_policy("overlay = true\n", script);
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    assert!(text(&o).contains("proj/.git/commondir"), "{}", text(&o));
+    assert!(!exists(&w.ws.join("proj/.git/commondir")), "{}", text(&o));
+    assert!(
+        names_containing(&w.ws.join("proj/.git"), "quarantine").is_empty(),
+        "it landed first: {}",
+        text(&o)
+    );
+    let c = w.control(script);
+    assert!(exists(&w.ws.join("proj/.git/commondir")), "control: {}", text(&c));
+}
+
+#[test]
 fn a_git_configuration_tether_exec_cannot_read_refuses_a_writable_run() {
     let w = World::new();
     host_git(&w, &["init", "-q"]);

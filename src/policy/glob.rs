@@ -35,11 +35,13 @@ pub fn builtin_protected_globs() -> Vec<String> {
     out
 }
 
-/// Version of what [`is_env_secret`] and [`is_secret_name`] accept. The
-/// secret scan's cached listings (`workspace::listing`) record which names
-/// were hits under these rules and are read only by a build with the same
-/// version: change the rules, change this (a test pins the rules to it).
-pub const SECRET_NAME_RULES: u32 = 1;
+/// Version of what the secret scan takes for a hit: what [`is_env_secret`]
+/// and [`is_secret_name`] accept, and (from 2) a `.git` that is not a
+/// directory (a repository's pointer, `workspace::scan_secrets`). The scan's
+/// cached listings (`workspace::listing`) record which names were hits under
+/// these rules and are read only by a build with the same version: change
+/// the rules, change this (a test pins the rules to it).
+pub const SECRET_NAME_RULES: u32 = 2;
 
 /// Suffixes that make a `.env*` file a committed template, not a secret.
 const ENV_TEMPLATE_SUFFIXES: &[&str] = &[".example", ".sample", ".template", ".dist"];
@@ -272,7 +274,7 @@ mod tests {
         assert_eq!(
             (SECRET_NAME_RULES, secret, env),
             (
-                1,
+                2,
                 vec![
                     ".env",
                     ".env.local",

@@ -136,9 +136,19 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state:
             }
         }
     }
-    let secrets = crate::workspace::scan_secrets(workspace, state);
-    let mut git = crate::workspace::git_layout(workspace);
-    crate::workspace::add_found_repositories(workspace, &mut git, &secrets.repos);
+    let secrets = crate::workspace::scan_before_run(workspace, state);
+    let git = crate::workspace::git_layout_with(workspace, &secrets.repos);
+    // Work trees of the repositories below the top (a `.git` directory or
+    // file there): see `CreateGuard::nested_trees`.
+    let nested_trees: Vec<PathBuf> = git
+        .dirs
+        .iter()
+        .chain(&git.pointers)
+        .filter(|g| g.file_name() == Some(std::ffi::OsStr::new(".git")))
+        .filter_map(|g| g.parent())
+        .filter(|t| !t.as_os_str().is_empty())
+        .map(|t| workspace.join(t))
+        .collect();
     let protected_present = protected_present(workspace, &git);
     // By where they are, not by how they were named: a policy file named
     // through a symlink outside is still the workspace's to protect.
@@ -222,7 +232,8 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state:
             .filter(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir()))
             .collect(),
         policy_files_in_workspace,
-        found_git_dirs: git.found.clone(),
+        found_trees: secrets.repos.clone(),
+        nested_trees,
         git_includes,
         git_includes_unreadable,
         system_secrets,
@@ -313,7 +324,7 @@ fn protected_present(workspace: &Path, git: &crate::workspace::GitLayout) -> Vec
     if git.dirs.is_empty() {
         candidates.push(".git".into());
     }
-    for g in git.dirs.iter().chain(&git.found) {
+    for g in &git.dirs {
         candidates.extend(crate::workspace::GIT_CONTROL.iter().map(|c| g.join(c)));
     }
     candidates.extend(git.pointers.iter().cloned());

@@ -120,10 +120,11 @@ pub struct CreateGuard {
     /// configuration includes (`workspace::gitconfig`), absolute: none may be
     /// made, nor anything but an empty directory above one.
     pub include_paths: Vec<PathBuf>,
-    /// Git directories of repositories below the top that were there before
-    /// the run though no index names them (`workspace::GitLayout::found`),
-    /// absolute: their control files may not be made either.
-    pub found_git_dirs: Vec<PathBuf>,
+    /// Work trees of the repositories below the top (absolute): with a
+    /// broken `.git`, git takes a work tree holding `HEAD`, `objects` and
+    /// `refs` for a git directory and obeys the `config` beside them, so no
+    /// `HEAD` may be made there.
+    pub nested_trees: Vec<PathBuf>,
 }
 
 impl CreateGuard {
@@ -193,8 +194,10 @@ impl CreateGuard {
         if control && parent == top_git {
             return Some("`.git/config`, `.git/config.worktree`, `.git/hooks` and `.git/commondir` are protected");
         }
-        if control && self.found_git_dirs.contains(&parent) {
-            return Some("the control files of a repository that was in the workspace before the run (`config`, `config.worktree`, `hooks`, `commondir`) are protected: an editor's `git status` there would obey them");
+        if n == b"HEAD" && self.nested_trees.contains(&parent) {
+            return Some(
+                "`HEAD` at the top of a repository's work tree (with `objects`, `refs` and `config` beside it) makes git take the work tree for a git directory and obey it",
+            );
         }
         // git takes any directory with `HEAD`, `objects` and `refs` for a git
         // directory: at the top, the host's git would obey the workspace
@@ -244,10 +247,11 @@ pub struct Plan {
     /// Set for a writable workspace bound from the host (no overlay of the
     /// whole workspace): the names no run may make there (see [`CreateGuard`]).
     pub create_guard: Option<CreateGuard>,
-    /// Git directories of repositories below the top that no index names
-    /// (relative): the check after the run protects their control files too.
+    /// Work trees of repositories below the top that no index names but
+    /// that were there before the run (relative): the check after the run
+    /// reads the layout with them.
     #[serde(skip)]
-    pub found_git_dirs: Vec<PathBuf>,
+    pub found_trees: Vec<PathBuf>,
 }
 
 impl Mount {
@@ -331,9 +335,12 @@ pub struct HostFacts {
     pub repo_at_top: bool,
     /// Policy files that sit inside the workspace.
     pub policy_files_in_workspace: Vec<PathBuf>,
-    /// Git directories of repositories below the top that no index names
-    /// (`workspace::GitLayout::found`), relative.
-    pub found_git_dirs: Vec<PathBuf>,
+    /// Work trees of repositories below the top that no index names but
+    /// that were there before the run (`workspace::git_layout_with`), relative.
+    pub found_trees: Vec<PathBuf>,
+    /// Work trees of every repository below the top, absolute (see
+    /// [`CreateGuard::nested_trees`]).
+    pub nested_trees: Vec<PathBuf>,
     /// What the git configurations read for the workspace include from it
     /// (`workspace::gitconfig`).
     pub git_includes: crate::workspace::gitconfig::GitIncludes,
@@ -793,12 +800,12 @@ pub fn build(
         head_at_top: facts.head_at_top,
         repo_at_top: facts.repo_at_top,
         include_paths: includes.paths.iter().map(|p| workspace.join(p)).collect(),
-        found_git_dirs: facts.found_git_dirs.iter().map(|p| workspace.join(p)).collect(),
+        nested_trees: facts.nested_trees.clone(),
     });
     Ok(Plan {
         workspace_identities,
         create_guard,
-        found_git_dirs: facts.found_git_dirs.clone(),
+        found_trees: facts.found_trees.clone(),
         argv,
         env,
         path,
@@ -1029,7 +1036,7 @@ mod tests {
             head_at_top: false,
             repo_at_top: true,
             include_paths: vec!["/w/shared.gitconfig".into(), "/w/conf/team/x.cfg".into()],
-            found_git_dirs: vec!["/w/proj/.git".into()],
+            nested_trees: vec!["/w/proj".into()],
         };
         let no_repo = CreateGuard {
             repo_at_top: false,
@@ -1088,12 +1095,11 @@ mod tests {
             (&g, "/w", "conf", dir, false),
             (&g, "/w/conf", "other.cfg", other, false),
             (&g, "/w/conf/team", "y.cfg", other, false),
-            // A repository that was there before the run.
-            (&g, "/w/proj/.git", "config", other, true),
-            (&g, "/w/proj/.git", "hooks", dir, true),
-            (&g, "/w/proj/.git", "commondir", other, true),
-            (&g, "/w/proj/.git", "index", other, false),
-            (&g, "/w/other/.git", "config", other, false),
+            // The work tree of a repository below the top.
+            (&g, "/w/proj", "HEAD", other, true),
+            (&g, "/w/proj/src", "HEAD", other, false),
+            (&g, "/w/proj", "config", other, false),
+            (&g, "/w/other", "HEAD", other, false),
         ];
         for (guard, parent, name, making, refused) in table {
             let got = guard.refuses(OsStr::new(name), *making, || Some(PathBuf::from(parent)));
@@ -1141,7 +1147,7 @@ mod tests {
             making in proptest::sample::select(vec![Making::Directory, Making::Other, Making::MovedDirectory]),
             head in proptest::bool::ANY,
         ) {
-            let g = CreateGuard { workspace: "/w".into(), head_at_top: head, repo_at_top: !head, include_paths: vec![], found_git_dirs: vec![] };
+            let g = CreateGuard { workspace: "/w".into(), head_at_top: head, repo_at_top: !head, include_paths: vec![], nested_trees: vec![] };
             let mut parent = PathBuf::from(if inside { "/w" } else { "/elsewhere" });
             parent.extend(&parts);
             let refused = g.refuses(std::ffi::OsStr::new(name), making, || Some(parent.clone())).is_some();

@@ -340,6 +340,7 @@ mod tests {
             git_dirs: vec![odd.clone()],
             pointers: vec![(odd.clone(), None)],
             env_files: EnvSecrets(vec![(odd.clone(), Some((3, 4, 5, 6)))]),
+            found: vec![odd.join("proj")],
         };
         let text = serde_json::to_vec(&PendingRecord {
             workspace: path_bytes(&odd),
@@ -585,35 +586,34 @@ pub struct GitLayout {
     /// (empty, as git leaves a submodule it has not initialised) so that
     /// they too can be read-only. See [`make_missing_checkouts`].
     pub missing_checkouts: Vec<PathBuf>,
-    /// Git directories of repositories below the top that no index names
-    /// but that were there before the run (a person's clones in a workspace
-    /// of several, an untracked `vendor/x`), found where the secret scan
-    /// looks (see [`add_found_repositories`]). Their control files are
-    /// protected as the top one's are (read-only, refused where missing,
-    /// pinned), without an overlay of their own.
-    pub found: Vec<PathBuf>,
 }
 
-/// Adds to `layout` the repositories the secret scan found (`repos`: work
-/// trees with a `.git` directory, relative) that it does not hold yet.
-/// Editors find such repositories and run `git status` in them, obeying
-/// their `config` and hooks: a run must not write those. A repository the
+/// [`git_layout`], with the repositories below the top that no index names
+/// but that were there before the run (`found`: their work trees, relative,
+/// as [`scan_before_run`] finds them): a person's clones in a workspace of
+/// several, an untracked `vendor/x`. Editors find such repositories and run
+/// `git status` in them, obeying their config and hooks, so they are
+/// protected as the ones the index names are: their git directories (and
+/// their submodules', linked worktrees', and the repositories their own
+/// indexes name) are overlays of their own in a writable run, their control
+/// files read-only, the directories down to them pinned. A repository the
 /// run makes is its own (`git init sub`, `cargo new`), as anywhere else.
-pub fn add_found_repositories(root: &Path, layout: &mut GitLayout, repos: &[PathBuf]) {
-    for w in repos {
-        let g = w.join(".git");
-        if layout
+pub fn git_layout_with(root: &Path, found: &[PathBuf]) -> GitLayout {
+    let mut layout = git_layout(root);
+    for tree in found {
+        let dotgit = tree.join(".git");
+        let known = layout
             .dirs
             .iter()
-            .chain(&layout.found)
-            .any(|d| g.starts_with(d) || d.starts_with(&g))
-        {
+            .any(|d| dotgit.starts_with(d) || d.starts_with(&dotgit))
+            || layout.pointers.contains(&dotgit);
+        if known {
             continue;
         }
-        // A real directory all the way (no symlink on the way: what it
-        // points at is not the workspace's to protect here).
+        // A real directory all the way down to the work tree (git does not
+        // look through a symlink on the way either).
         let mut prefix = PathBuf::new();
-        let real = g.components().all(|c| {
+        let real = tree.components().all(|c| {
             prefix.push(c);
             std::fs::symlink_metadata(root.join(&prefix)).is_ok_and(|m| m.is_dir())
         });
@@ -621,14 +621,30 @@ pub fn add_found_repositories(root: &Path, layout: &mut GitLayout, repos: &[Path
             continue;
         }
         let mut ancestor = PathBuf::new();
-        for c in g.components() {
+        for c in tree.components() {
             ancestor.push(c);
             if !layout.pins.contains(&ancestor) {
                 layout.pins.push(ancestor.clone());
             }
         }
-        layout.found.push(g);
+        match std::fs::symlink_metadata(root.join(&dotgit)) {
+            Ok(m) if m.is_dir() => layout = git_layout_of(root, tree, dotgit, layout),
+            Ok(_) => {
+                // A `.git` file (a linked worktree, `--separate-git-dir`):
+                // kept as it is, and the git directory it names in the
+                // workspace protected.
+                let target = pointed_git_dir(root, tree, &dotgit);
+                layout.pointers.push(dotgit);
+                if let Some(g) = target {
+                    if !layout.dirs.iter().any(|d| g.starts_with(d)) {
+                        layout = git_layout_of(root, tree, g, layout);
+                    }
+                }
+            }
+            Err(_) => {}
+        }
     }
+    layout
 }
 
 /// Makes the missing gitlink checkouts of `layout` (empty directories, the
@@ -668,7 +684,7 @@ pub fn git_layout(root: &Path) -> GitLayout {
         // outside, only its index matters here: the gitlinks it names are
         // checkouts in the workspace, whose `.git` files git follows.
         match pointed_git_dir(root, Path::new(""), &git) {
-            Some(inside) => return git_layout_of(root, inside, layout),
+            Some(inside) => return git_layout_of(root, Path::new(""), inside, layout),
             None => {
                 if let Some(outside) = outside_git_dir(root, &git) {
                     gitlinks_from(root, &mut layout, vec![(PathBuf::new(), outside)]);
@@ -680,7 +696,7 @@ pub fn git_layout(root: &Path) -> GitLayout {
     if !std::fs::metadata(root.join(&git)).is_ok_and(|m| m.is_dir()) {
         return layout;
     }
-    git_layout_of(root, git, layout)
+    git_layout_of(root, Path::new(""), git, layout)
 }
 
 /// What the git configurations read for the workspace `root` include from
@@ -691,7 +707,7 @@ pub fn git_layout(root: &Path) -> GitLayout {
 /// too), and the global and system files of the person running git (`HOME`,
 /// the account's home, and the workspace owner's when that is someone else).
 pub fn git_includes(root: &Path, layout: &GitLayout) -> Result<gitconfig::GitIncludes, gitconfig::UnreadableConfig> {
-    let mut dirs: Vec<PathBuf> = layout.dirs.iter().chain(&layout.found).map(|d| root.join(d)).collect();
+    let mut dirs: Vec<PathBuf> = layout.dirs.iter().map(|d| root.join(d)).collect();
     let dotgit = Path::new(".git");
     if std::fs::symlink_metadata(root.join(dotgit)).is_ok_and(|m| m.is_file()) {
         dirs.extend(outside_git_dir(root, dotgit));
@@ -758,8 +774,9 @@ fn outside_git_dir(root: &Path, dotgit: &Path) -> Option<PathBuf> {
     (dir.is_dir() && !dir.starts_with(root)).then_some(dir)
 }
 
-/// [`git_layout`] of the workspace whose git directory is `git` (relative).
-fn git_layout_of(root: &Path, git: PathBuf, mut layout: GitLayout) -> GitLayout {
+/// [`git_layout`] of the repository whose work tree is `tree` and git
+/// directory `git` (both relative; the workspace's own: `""` and `.git`).
+fn git_layout_of(root: &Path, tree: &Path, git: PathBuf, mut layout: GitLayout) -> GitLayout {
     layout.dirs.push(git.clone());
     layout.pins.push(git.clone());
     let subdirs = |rel: &Path| subdirs(root, rel);
@@ -767,7 +784,7 @@ fn git_layout_of(root: &Path, git: PathBuf, mut layout: GitLayout) -> GitLayout 
     let linked = subdirs(&worktrees);
     // Linked worktrees inside the workspace: git in one follows its `.git`
     // file, and recurses into the gitlinks of its own index.
-    let mut queue: Vec<(PathBuf, PathBuf)> = vec![(PathBuf::new(), git.clone())];
+    let mut queue: Vec<(PathBuf, PathBuf)> = vec![(tree.to_path_buf(), git.clone())];
     for l in &linked {
         let Ok(named) = read_planted(&root.join(l).join("gitdir"), 4096) else {
             continue;
@@ -859,6 +876,19 @@ fn gitlinks_from(root: &Path, layout: &mut GitLayout, mut queue: Vec<(PathBuf, P
                         // names one inside the workspace, its index is read too.
                         Ok(_) => {
                             if let Some(target) = pointed_git_dir(root, &l, &dotgit) {
+                                // Where it is not below a git directory
+                                // already (`.git/modules/x`, usually): a
+                                // git directory of its own to protect.
+                                if !layout.dirs.iter().any(|d| target.starts_with(d)) {
+                                    let mut ancestor = PathBuf::new();
+                                    for c in target.components() {
+                                        ancestor.push(c);
+                                        if !layout.pins.contains(&ancestor) {
+                                            layout.pins.push(ancestor.clone());
+                                        }
+                                    }
+                                    layout.dirs.push(target.clone());
+                                }
                                 queue.push((l.clone(), target));
                             }
                             layout.pointers.push(dotgit)
@@ -1082,9 +1112,26 @@ pub struct SecretScan {
 pub struct EnvSecrets(Vec<(PathBuf, Option<EnvIdentity>)>);
 
 pub fn scan_secrets(workspace: &Path, state: &Path) -> SecretScan {
-    let (found, repos) = scan(workspace, state, |name, kind| {
-        (kind == listing::EntryKind::File && crate::policy::is_secret_name(name)) || crate::policy::is_env_secret(name)
+    let (mut found, mut repos) = scan(workspace, state, |name, kind| {
+        (kind == listing::EntryKind::File && crate::policy::is_secret_name(name))
+            || crate::policy::is_env_secret(name)
+            || (name == ".git" && kind != listing::EntryKind::Dir)
     });
+    // A `.git` that is not a directory (a file naming the git directory, a
+    // symlink): a repository too, not a secret.
+    found.retain(|p| {
+        if p.file_name() != Some(std::ffi::OsStr::new(".git")) {
+            return true;
+        }
+        if let Some(tree) = p.parent().and_then(|t| t.strip_prefix(workspace).ok()) {
+            if !tree.as_os_str().is_empty() {
+                repos.push(tree.to_path_buf());
+            }
+        }
+        false
+    });
+    repos.sort();
+    repos.dedup();
     let env = env_secrets(workspace, &found);
     // A `.env` that is a symlink is read through to its target, whatever
     // that file's name: the target (inside the workspace) is the secret.
@@ -1102,6 +1149,35 @@ pub fn scan_secrets(workspace: &Path, state: &Path) -> SecretScan {
     hidden.sort();
     hidden.dedup();
     SecretScan { hidden, env, repos }
+}
+
+/// The secret scan of the workspace as it was before this process's run
+/// changed it (see [`scan_before_run`]).
+static SCANNED_BEFORE_RUN: std::sync::Mutex<Option<(PathBuf, SecretScan)>> = std::sync::Mutex::new(None);
+
+/// The secret scan of `workspace` as it was before this process's run
+/// changed it: made once, then handed out again (a run needs it for its
+/// capture, its plan and the checks around it; one walk, not three).
+pub fn scan_before_run(workspace: &Path, state: &Path) -> SecretScan {
+    let mut memo = SCANNED_BEFORE_RUN.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((ws, scan)) = memo.as_ref() {
+        if ws == workspace {
+            return scan.clone();
+        }
+    }
+    let scan = scan_secrets(workspace, state);
+    *memo = Some((workspace.to_path_buf(), scan.clone()));
+    scan
+}
+
+/// The repositories below the top that [`scan_before_run`] found in
+/// `workspace`, if this process made that scan; none otherwise.
+pub fn repositories_found_before_run(workspace: &Path) -> Vec<PathBuf> {
+    let memo = SCANNED_BEFORE_RUN.lock().unwrap_or_else(|e| e.into_inner());
+    match memo.as_ref() {
+        Some((ws, scan)) if ws == workspace => scan.repos.clone(),
+        _ => Vec::new(),
+    }
 }
 
 /// Entries (never directories) whose name and type `want` accepts, found
@@ -1154,6 +1230,9 @@ pub struct ProtectedSnapshot {
     pointers: Vec<(PathBuf, Option<(u64, u64)>)>,
     /// `.env*` secrets (templates excepted) as the secret scan found them.
     env_files: EnvSecrets,
+    /// Work trees of the repositories below the top that no index named
+    /// (see [`git_layout_with`]): the layout after the run is read with them.
+    found: Vec<PathBuf>,
 }
 
 /// A [`ProtectedSnapshot`] as written to disk: every path as its bytes,
@@ -1166,6 +1245,9 @@ struct SnapshotRecord {
     git_dirs: Vec<Vec<u8>>,
     pointers: Vec<IdentityRecord>,
     env_files: Vec<(Vec<u8>, Option<EnvIdentity>)>,
+    /// Absent from records an older build wrote: none found then.
+    #[serde(default)]
+    found: Vec<Vec<u8>>,
 }
 
 /// A path's bytes and its (device, inode), if it existed.
@@ -1188,6 +1270,7 @@ impl From<ProtectedSnapshot> for SnapshotRecord {
             git_dirs: s.git_dirs.iter().map(|p| path_bytes(p)).collect(),
             pointers: pairs(s.pointers),
             env_files: s.env_files.0.iter().map(|(p, id)| (path_bytes(p), *id)).collect(),
+            found: s.found.iter().map(|p| path_bytes(p)).collect(),
         }
     }
 }
@@ -1200,6 +1283,7 @@ impl From<SnapshotRecord> for ProtectedSnapshot {
             git_dirs: r.git_dirs.into_iter().map(bytes_path).collect(),
             pointers: pairs(r.pointers),
             env_files: EnvSecrets(r.env_files.into_iter().map(|(p, id)| (bytes_path(p), id)).collect()),
+            found: r.found.into_iter().map(bytes_path).collect(),
         }
     }
 }
@@ -1212,19 +1296,20 @@ fn identity(p: &Path) -> Option<(u64, u64)> {
 /// submodules or linked worktrees adds a short walk of them), with the
 /// `.env*` secrets of the scan made for the plan (see [`scan_secrets`]).
 pub fn snapshot_protected(root: &Path, env: EnvSecrets, found: &[PathBuf]) -> ProtectedSnapshot {
-    let layout = git_layout(root);
+    let layout = git_layout_with(root, found);
     let with_identity = |rel: PathBuf| {
         let id = identity(&root.join(&rel));
         (rel, id)
     };
     ProtectedSnapshot {
-        entries: protected_identities(&[layout.dirs.as_slice(), found].concat())
+        entries: protected_identities(&layout.dirs)
             .into_iter()
             .map(with_identity)
             .collect(),
         pointers: layout.pointers.into_iter().map(with_identity).collect(),
         git_dirs: layout.dirs,
         env_files: env,
+        found: found.to_vec(),
     }
 }
 
@@ -1363,7 +1448,7 @@ pub fn enforce_protected(root: &Path, before: &ProtectedSnapshot, state: &Path) 
     // Git directories the run created: their control files are protected
     // paths that did not exist before.
     let mut entries = before.entries.clone();
-    let after = git_layout(root);
+    let after = git_layout_with(root, &before.found);
     for g in after.dirs.iter().filter(|g| !before.git_dirs.contains(g)) {
         for c in GIT_CONTROL {
             let rel = g.join(c);

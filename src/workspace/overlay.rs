@@ -549,6 +549,7 @@ impl Capture {
             upper: self.upper(),
             globs: LazyGlobs::new(globs),
             includes: std::cell::OnceCell::new(),
+            layout_git_dirs: std::cell::OnceCell::new(),
             out: &mut outcome,
             ops: &mut ops,
             started: SystemTime::now(),
@@ -1033,6 +1034,7 @@ fn land(
             upper: dir.join("upper"),
             globs: LazyGlobs::new(globs),
             includes: std::cell::OnceCell::new(),
+            layout_git_dirs: std::cell::OnceCell::new(),
             out: &mut out,
             ops: &mut ops,
             started,
@@ -1229,6 +1231,12 @@ struct Planner<'a> {
     /// first path judged (see `gitconfig`): as they are on the host now,
     /// which is what git will obey once the changes land.
     includes: std::cell::OnceCell<Result<super::gitconfig::GitIncludes, String>>,
+    /// For a capture of the whole workspace (no `git_dirs`): the git
+    /// directories of the workspace as it is on the host (its own, its
+    /// submodules', nested repositories', those found before the run), read
+    /// at the first path judged, so that a control file made in any of them
+    /// never lands (not only moved aside after landing).
+    layout_git_dirs: std::cell::OnceCell<Vec<PathBuf>>,
     out: &'a mut Outcome,
     /// Operations with whether each is allowed.
     ops: &'a mut Vec<(Op, bool)>,
@@ -1295,12 +1303,24 @@ impl Planner<'_> {
             std::fs::symlink_metadata(self.upper.join(&head)).is_ok()
                 || std::fs::symlink_metadata(self.ws.join(&head)).is_ok()
         };
-        let git_dir = self.git_dirs.iter().find_map(|d| {
-            rel.strip_prefix(d)
-                .ok()
-                .filter(|inner| super::is_git_control_path(inner, &|p| has_head(&d.join(p))))
-                .map(|_| d)
-        });
+        let known: &[PathBuf] = if self.git_dirs.is_empty() {
+            let ws = self.ws;
+            self.layout_git_dirs
+                .get_or_init(|| super::git_layout_with(ws, &super::repositories_found_before_run(ws)).dirs)
+        } else {
+            &[]
+        };
+        let git_dir = self
+            .git_dirs
+            .iter()
+            .copied()
+            .chain(known.iter().map(PathBuf::as_path))
+            .find_map(|d| {
+                rel.strip_prefix(d)
+                    .ok()
+                    .filter(|inner| super::is_git_control_path(inner, &|p| has_head(&d.join(p))))
+                    .map(|_| d)
+            });
         if let Some(d) = git_dir {
             self.out.violations.push(format!(
                 "{what} `{r}`: protected path (a control file of the git directory `{}`)",
