@@ -123,6 +123,10 @@ pub fn includes(root: &Path, git_dirs: &[PathBuf], homes: &[PathBuf]) -> Result<
         // (a configuration of the workspace's own repository git names through
         // a symlink into the workspace, an included file anywhere).
         let shown = config.display().to_string();
+        // Most of the files git could read do not exist: one lookup says so.
+        if depth == 0 && std::fs::symlink_metadata(&config).is_err() {
+            continue;
+        }
         let real = if depth == 0 {
             let mut on_the_way = Vec::new();
             let (real, linked) = walk(root, &config, &mut on_the_way).ok_or_else(|| UnreadableConfig {

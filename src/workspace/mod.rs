@@ -707,6 +707,25 @@ pub fn git_layout(root: &Path) -> GitLayout {
 /// too), and the global and system files of the person running git (`HOME`,
 /// the account's home, and the workspace owner's when that is someone else).
 pub fn git_includes(root: &Path, layout: &GitLayout) -> Result<gitconfig::GitIncludes, gitconfig::UnreadableConfig> {
+    // Read once a process: the plan and the judgement of what a capture
+    // may land ask for the same files, which no run can change (the
+    // workspace's configurations and what they include are protected; the
+    // person's own are outside the sandbox).
+    static READ: std::sync::Mutex<Option<(PathBuf, GitIncludesRead)>> = std::sync::Mutex::new(None);
+    let mut memo = READ.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((ws, read)) = memo.as_ref() {
+        if ws == root {
+            return read.clone();
+        }
+    }
+    let read = read_git_includes(root, layout);
+    *memo = Some((root.to_path_buf(), read.clone()));
+    read
+}
+
+type GitIncludesRead = Result<gitconfig::GitIncludes, gitconfig::UnreadableConfig>;
+
+fn read_git_includes(root: &Path, layout: &GitLayout) -> GitIncludesRead {
     let mut dirs: Vec<PathBuf> = layout.dirs.iter().map(|d| root.join(d)).collect();
     let dotgit = Path::new(".git");
     if std::fs::symlink_metadata(root.join(dotgit)).is_ok_and(|m| m.is_file()) {

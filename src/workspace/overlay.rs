@@ -549,7 +549,7 @@ impl Capture {
             upper: self.upper(),
             globs: LazyGlobs::new(globs),
             includes: std::cell::OnceCell::new(),
-            layout_git_dirs: std::cell::OnceCell::new(),
+            layout: std::cell::OnceCell::new(),
             out: &mut outcome,
             ops: &mut ops,
             started: SystemTime::now(),
@@ -1034,7 +1034,7 @@ fn land(
             upper: dir.join("upper"),
             globs: LazyGlobs::new(globs),
             includes: std::cell::OnceCell::new(),
-            layout_git_dirs: std::cell::OnceCell::new(),
+            layout: std::cell::OnceCell::new(),
             out: &mut out,
             ops: &mut ops,
             started,
@@ -1220,6 +1220,12 @@ impl<'a> LazyGlobs<'a> {
     }
 }
 
+/// The workspace's git layout before anything of a capture lands, with the
+/// repositories this process's scan found before the run.
+fn layout_before(ws: &Path) -> super::GitLayout {
+    super::git_layout_with(ws, &super::repositories_found_before_run(ws))
+}
+
 struct Planner<'a> {
     ws: &'a Path,
     /// Git directories captured as overlays of their own: their control
@@ -1231,12 +1237,12 @@ struct Planner<'a> {
     /// first path judged (see `gitconfig`): as they are on the host now,
     /// which is what git will obey once the changes land.
     includes: std::cell::OnceCell<Result<super::gitconfig::GitIncludes, String>>,
-    /// For a capture of the whole workspace (no `git_dirs`): the git
-    /// directories of the workspace as it is on the host (its own, its
-    /// submodules', nested repositories', those found before the run), read
-    /// at the first path judged, so that a control file made in any of them
-    /// never lands (not only moved aside after landing).
-    layout_git_dirs: std::cell::OnceCell<Vec<PathBuf>>,
+    /// The workspace's repositories as they are on the host (its own, its
+    /// submodules', nested ones, those found before the run), read at the
+    /// first path judged: for a capture of the whole workspace (no
+    /// `git_dirs`), a control file made in any of their git directories
+    /// never lands (it is not only moved aside after landing).
+    layout: std::cell::OnceCell<super::GitLayout>,
     out: &'a mut Outcome,
     /// Operations with whether each is allowed.
     ops: &'a mut Vec<(Op, bool)>,
@@ -1279,9 +1285,9 @@ impl Planner<'_> {
             return false;
         }
         let ws = self.ws;
-        let includes = self
-            .includes
-            .get_or_init(|| super::git_includes(ws, &super::git_layout(ws)).map_err(|e| e.to_string()));
+        let includes = self.includes.get_or_init(|| {
+            super::git_includes(ws, self.layout.get_or_init(|| layout_before(ws))).map_err(|e| e.to_string())
+        });
         match includes {
             Ok(i) if i.guards(rel) => {
                 self.out.violations.push(format!(
@@ -1304,9 +1310,7 @@ impl Planner<'_> {
                 || std::fs::symlink_metadata(self.ws.join(&head)).is_ok()
         };
         let known: &[PathBuf] = if self.git_dirs.is_empty() {
-            let ws = self.ws;
-            self.layout_git_dirs
-                .get_or_init(|| super::git_layout_with(ws, &super::repositories_found_before_run(ws)).dirs)
+            &self.layout.get_or_init(|| layout_before(ws)).dirs
         } else {
             &[]
         };
