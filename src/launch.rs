@@ -528,7 +528,7 @@ fn capture_for(policy: &Policy, state: &Path, ws: &Path) -> Result<Option<Captur
     let dirs = crate::workspace::git_overlay_dirs(&layout, ws, trees.as_deref());
     if dirs.len() > crate::workspace::MAX_GIT_OVERLAYS {
         return Err(format!(
-            "tether-exec: this workspace holds {} git directories (nested repositories the index names); more than {} cannot each be protected by an overlay of its own, so a writable run is refused. Set `overlay = true` in the policy: one overlay then captures and checks everything",
+            "tether-exec: this workspace holds {} git directories (nested repositories: those the git index names, and those found in the workspace before the run); more than {} cannot each be protected by an overlay of its own, so a writable run is refused. Set `overlay = true` in the policy: one overlay then captures and checks everything",
             dirs.len(),
             crate::workspace::MAX_GIT_OVERLAYS
         ));

@@ -915,6 +915,80 @@ fn an_overlay_run_never_lands_a_control_file_of_a_repository_below_the_top() {
 }
 
 #[test]
+fn git_pointers_a_run_plants_neither_hide_a_repository_nor_stop_later_runs() {
+    let w = World::new();
+    let git = |dir: &std::path::Path, args: &[&str]| {
+        let o = Command::new("git")
+            .args(["-c", "user.email=t@t", "-c", "user.name=t"])
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "git {args:?}: {}", text(&o));
+    };
+    // The person's `zeta`, with a linked worktree `alpha` (which the scan
+    // lists first), and `symrepo`, whose `.git` is a symlink to a git
+    // directory kept elsewhere in the workspace.
+    git(&w.ws, &["init", "-q", "zeta"]);
+    w.write("zeta/f", "f");
+    git(&w.ws.join("zeta"), &["add", "f"]);
+    git(&w.ws.join("zeta"), &["commit", "-qm", "init"]);
+    git(&w.ws.join("zeta"), &["worktree", "add", "-q", "../alpha"]);
+    git(&w.ws, &["init", "-q", "--bare", "store/proj.git"]);
+    std::fs::create_dir(w.ws.join("symrepo")).unwrap();
+    std::os::unix::fs::symlink("../store/proj.git", w.ws.join("symrepo/.git")).unwrap();
+    // One run plants pointers (its own, which stay): into zeta's `.git`, at
+    // the workspace itself, at a plain folder.
+    let o = w.run(
+        "mkdir .aaa .bbb .ccc && printf 'gitdir: ../zeta/.git/objects\\n' | tee .aaa/.git && \
+         printf 'gitdir: ..\\n' | tee .bbb/.git && printf 'gitdir: ../alpha\\n' | tee .ccc/.git",
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    // The next still runs, and still protects every repository.
+    let script = "printf '[core]\\n\\tfsmonitor = evil\\n' | tee -a zeta/.git/config store/proj.git/config; \
+                  printf x | tee alpha/config >/dev/null; echo ran";
+    let o = w.run(script);
+    assert!(stdout(&o).contains("ran"), "{}", text(&o));
+    for config in ["zeta/.git/config", "store/proj.git/config"] {
+        let text_now = std::fs::read_to_string(w.ws.join(config)).unwrap();
+        assert!(!text_now.contains("fsmonitor"), "{config} was written: {}", text(&o));
+    }
+    // A plain folder a pointer names is not a git directory.
+    assert!(exists(&w.ws.join("alpha/config")), "{}", text(&o));
+    let c = w.control(script);
+    let text_now = std::fs::read_to_string(w.ws.join("zeta/.git/config")).unwrap();
+    assert!(text_now.contains("fsmonitor"), "control: {}", text(&c));
+}
+
+#[test]
+fn a_file_named_head_that_a_nested_repository_tracks_stays_writable() {
+    let w = World::new();
+    let o = Command::new("git")
+        .args(["init", "-q", "trk"])
+        .current_dir(&w.ws)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    w.write("trk/HEAD", "h\n");
+    let o = w.run("sed -i s/h/H/ trk/HEAD && cat trk/HEAD");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(std::fs::read_to_string(w.ws.join("trk/HEAD")).unwrap(), "H\n");
+    // Where there was none, a `HEAD` at a work tree's top is refused (with a
+    // broken `.git`, git would take the work tree for the git directory).
+    let o = Command::new("git")
+        .args(["init", "-q", "proj"])
+        .current_dir(&w.ws)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let o = w.run("mkdir -p proj/objects proj/refs; printf 'ref: refs/heads/main\\n' | tee proj/HEAD; echo ran");
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    assert!(!exists(&w.ws.join("proj/HEAD")), "{}", text(&o));
+    let c = w.control("printf 'ref: refs/heads/main\\n' | tee proj/HEAD");
+    assert!(exists(&w.ws.join("proj/HEAD")), "control: {}", text(&c));
+}
+
+#[test]
 fn a_git_configuration_tether_exec_cannot_read_refuses_a_writable_run() {
     let w = World::new();
     host_git(&w, &["init", "-q"]);

@@ -140,14 +140,18 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state:
     let git = crate::workspace::git_layout_with(workspace, &secrets.repos);
     // Work trees of the repositories below the top (a `.git` directory or
     // file there): see `CreateGuard::nested_trees`.
-    let nested_trees: Vec<PathBuf> = git
+    let nested_trees: Vec<(PathBuf, bool)> = git
         .dirs
         .iter()
         .chain(&git.pointers)
         .filter(|g| g.file_name() == Some(std::ffi::OsStr::new(".git")))
         .filter_map(|g| g.parent())
         .filter(|t| !t.as_os_str().is_empty())
-        .map(|t| workspace.join(t))
+        .map(|t| {
+            let t = workspace.join(t);
+            let head = std::fs::symlink_metadata(t.join("HEAD")).is_ok();
+            (t, head)
+        })
         .collect();
     let protected_present = protected_present(workspace, &git);
     // By where they are, not by how they were named: a policy file named

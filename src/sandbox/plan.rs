@@ -120,11 +120,13 @@ pub struct CreateGuard {
     /// configuration includes (`workspace::gitconfig`), absolute: none may be
     /// made, nor anything but an empty directory above one.
     pub include_paths: Vec<PathBuf>,
-    /// Work trees of the repositories below the top (absolute): with a
-    /// broken `.git`, git takes a work tree holding `HEAD`, `objects` and
-    /// `refs` for a git directory and obeys the `config` beside them, so no
-    /// `HEAD` may be made there.
-    pub nested_trees: Vec<PathBuf>,
+    /// Work trees of the repositories below the top (absolute), with
+    /// whether a `HEAD` was at their top: with a broken `.git`, git takes a
+    /// work tree holding `HEAD`, `objects` and `refs` for a git directory and
+    /// obeys the `config` beside them. As at the workspace's top: no `HEAD`
+    /// may be made there, or, where one was (a file the project tracks),
+    /// none of the others.
+    pub nested_trees: Vec<(PathBuf, bool)>,
 }
 
 impl CreateGuard {
@@ -194,10 +196,12 @@ impl CreateGuard {
         if control && parent == top_git {
             return Some("`.git/config`, `.git/config.worktree`, `.git/hooks` and `.git/commondir` are protected");
         }
-        if n == b"HEAD" && self.nested_trees.contains(&parent) {
-            return Some(
-                "`HEAD` at the top of a repository's work tree (with `objects`, `refs` and `config` beside it) makes git take the work tree for a git directory and obey it",
-            );
+        if let Some((_, head)) = self.nested_trees.iter().find(|(t, _)| *t == parent) {
+            if (!head && n == b"HEAD") || (*head && git_dir_part && n != b"HEAD") {
+                return Some(
+                    "`HEAD` at the top of a repository's work tree, with `objects`, `refs` and `config` beside it, makes git take the work tree for a git directory and obey it",
+                );
+            }
         }
         // git takes any directory with `HEAD`, `objects` and `refs` for a git
         // directory: at the top, the host's git would obey the workspace
@@ -338,9 +342,9 @@ pub struct HostFacts {
     /// Work trees of repositories below the top that no index names but
     /// that were there before the run (`workspace::git_layout_with`), relative.
     pub found_trees: Vec<PathBuf>,
-    /// Work trees of every repository below the top, absolute (see
-    /// [`CreateGuard::nested_trees`]).
-    pub nested_trees: Vec<PathBuf>,
+    /// Work trees of every repository below the top, absolute, with whether
+    /// a `HEAD` is at their top (see [`CreateGuard::nested_trees`]).
+    pub nested_trees: Vec<(PathBuf, bool)>,
     /// What the git configurations read for the workspace include from it
     /// (`workspace::gitconfig`).
     pub git_includes: crate::workspace::gitconfig::GitIncludes,
@@ -1036,7 +1040,7 @@ mod tests {
             head_at_top: false,
             repo_at_top: true,
             include_paths: vec!["/w/shared.gitconfig".into(), "/w/conf/team/x.cfg".into()],
-            nested_trees: vec!["/w/proj".into()],
+            nested_trees: vec![("/w/proj".into(), false), ("/w/tracked".into(), true)],
         };
         let no_repo = CreateGuard {
             repo_at_top: false,
@@ -1100,6 +1104,10 @@ mod tests {
             (&g, "/w/proj/src", "HEAD", other, false),
             (&g, "/w/proj", "config", other, false),
             (&g, "/w/other", "HEAD", other, false),
+            // One that tracks a file named `HEAD` keeps it writable.
+            (&g, "/w/tracked", "HEAD", other, false),
+            (&g, "/w/tracked", "objects", dir, true),
+            (&g, "/w/tracked", "config", other, true),
         ];
         for (guard, parent, name, making, refused) in table {
             let got = guard.refuses(OsStr::new(name), *making, || Some(PathBuf::from(parent)));

@@ -600,14 +600,15 @@ pub struct GitLayout {
 /// run makes is its own (`git init sub`, `cargo new`), as anywhere else.
 pub fn git_layout_with(root: &Path, found: &[PathBuf]) -> GitLayout {
     let mut layout = git_layout(root);
-    for tree in found {
+    // Outermost first: never does a repository go unprotected because of
+    // one the scan listed before it (a pointer planted in `.aaa` aiming into
+    // another's `.git` must not hide that one).
+    let mut trees: Vec<&PathBuf> = found.iter().collect();
+    trees.sort_by_key(|t| t.components().count());
+    for tree in trees {
         let dotgit = tree.join(".git");
-        let known = layout
-            .dirs
-            .iter()
-            .any(|d| dotgit.starts_with(d) || d.starts_with(&dotgit))
-            || layout.pointers.contains(&dotgit);
-        if known {
+        // Already laid out: the very same, or inside a git directory known.
+        if layout.dirs.iter().any(|d| dotgit.starts_with(d)) || layout.pointers.contains(&dotgit) {
             continue;
         }
         // A real directory all the way down to the work tree (git does not
@@ -627,24 +628,77 @@ pub fn git_layout_with(root: &Path, found: &[PathBuf]) -> GitLayout {
                 layout.pins.push(ancestor.clone());
             }
         }
-        match std::fs::symlink_metadata(root.join(&dotgit)) {
-            Ok(m) if m.is_dir() => layout = git_layout_of(root, tree, dotgit, layout),
-            Ok(_) => {
-                // A `.git` file (a linked worktree, `--separate-git-dir`):
-                // kept as it is, and the git directory it names in the
-                // workspace protected.
-                let target = pointed_git_dir(root, tree, &dotgit);
-                layout.pointers.push(dotgit);
-                if let Some(g) = target {
-                    if !layout.dirs.iter().any(|d| g.starts_with(d)) {
-                        layout = git_layout_of(root, tree, g, layout);
+        let meta = std::fs::symlink_metadata(root.join(&dotgit));
+        if meta.as_ref().is_ok_and(|m| m.is_dir()) {
+            layout = git_layout_of(root, tree, dotgit, layout);
+            continue;
+        }
+        if meta.is_err() {
+            continue;
+        }
+        // A `.git` file (a linked worktree, `--separate-git-dir`) or a
+        // symlink: kept as it is (checked around the run), and the git
+        // directory it leads to protected, in the workspace or not.
+        let target = if meta.as_ref().is_ok_and(|m| m.file_type().is_symlink()) {
+            std::fs::canonicalize(root.join(&dotgit)).ok()
+        } else {
+            named_git_dir(&root.join(tree), &root.join(&dotgit)).and_then(|g| std::fs::canonicalize(g).ok())
+        };
+        layout.pointers.push(dotgit);
+        let Some(target) = target.filter(|t| looks_like_git_dir(t)) else {
+            continue;
+        };
+        match target.strip_prefix(root).map(Path::to_path_buf) {
+            Ok(rel) if !rel.as_os_str().is_empty() && !tree.starts_with(&rel) => {
+                if !layout.dirs.iter().any(|d| rel.starts_with(d)) {
+                    layout = git_layout_of(root, tree, rel.clone(), layout);
+                }
+                // A linked worktree's settings and hooks are its common
+                // directory's (`commondir`): protected as well.
+                if let Some(common) = common_dir(&target).and_then(|c| c.strip_prefix(root).map(Path::to_path_buf).ok())
+                {
+                    if !common.as_os_str().is_empty() && !layout.dirs.iter().any(|d| common.starts_with(d)) {
+                        let common_tree = common.parent().map(Path::to_path_buf).unwrap_or_default();
+                        layout = git_layout_of(root, &common_tree, common, layout);
                     }
                 }
             }
-            Err(_) => {}
+            Ok(_) => {}
+            // Outside the workspace (another checkout's worktree): its own
+            // index still names checkouts here, whose git git recurses into.
+            Err(_) => gitlinks_from(root, &mut layout, vec![(tree.clone(), target)]),
         }
     }
+    for list in [&mut layout.dirs, &mut layout.pins, &mut layout.pointers] {
+        let mut seen: Vec<PathBuf> = Vec::new();
+        list.retain(|p| {
+            let new = !seen.contains(p);
+            if new {
+                seen.push(p.clone());
+            }
+            new
+        });
+    }
     layout
+}
+
+/// Whether `dir` (absolute) is a git directory as git recognises one: a
+/// `HEAD` file, and objects of its own or a common directory. A `.git` file
+/// a run planted may name anything (`..`, `src`); only a git directory is
+/// taken for one.
+fn looks_like_git_dir(dir: &Path) -> bool {
+    std::fs::symlink_metadata(dir.join("HEAD")).is_ok_and(|m| m.is_file())
+        && (std::fs::symlink_metadata(dir.join("objects")).is_ok_and(|m| m.is_dir())
+            || std::fs::symlink_metadata(dir.join("commondir")).is_ok_and(|m| m.is_file()))
+}
+
+/// The common directory a linked worktree's git directory names
+/// (`commondir`, relative to it), resolved.
+fn common_dir(git_dir: &Path) -> Option<PathBuf> {
+    let text = read_planted(&git_dir.join("commondir"), 4096).ok()?;
+    let named = std::ffi::OsStr::from_bytes(text.trim_ascii());
+    let common = std::fs::canonicalize(git_dir.join(named)).ok()?;
+    looks_like_git_dir(&common).then_some(common)
 }
 
 /// Makes the missing gitlink checkouts of `layout` (empty directories, the
@@ -898,7 +952,8 @@ fn gitlinks_from(root: &Path, layout: &mut GitLayout, mut queue: Vec<(PathBuf, P
                                 // Where it is not below a git directory
                                 // already (`.git/modules/x`, usually): a
                                 // git directory of its own to protect.
-                                if !layout.dirs.iter().any(|d| target.starts_with(d)) {
+                                let git_dir = !target.as_os_str().is_empty() && looks_like_git_dir(&root.join(&target));
+                                if git_dir && !layout.dirs.iter().any(|d| target.starts_with(d)) {
                                     let mut ancestor = PathBuf::new();
                                     for c in target.components() {
                                         ancestor.push(c);
@@ -1055,6 +1110,8 @@ pub fn git_overlay_dirs(layout: &GitLayout, root: &Path, trees: Option<&[String]
             }
         };
         if writable(&d) && !out.iter().any(|o| d.starts_with(o)) {
+            // Outermost only, whatever the order they were found in.
+            out.retain(|o| !o.starts_with(&d));
             out.push(d);
         }
     }
