@@ -961,6 +961,92 @@ fn git_pointers_a_run_plants_neither_hide_a_repository_nor_stop_later_runs() {
 }
 
 #[test]
+fn a_repository_found_before_the_run_cannot_be_swapped_for_one_of_the_runs_making() {
+    let w = World::new();
+    let sh = |dir: &std::path::Path, script: &str| {
+        let o = Command::new("bash")
+            .arg("-c")
+            .arg(script)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{script}: {}", text(&o));
+    };
+    // `proj` (a `.git` directory) and `p` (a `.git` symlink to its git
+    // directory elsewhere in the workspace), both the person's.
+    sh(
+        &w.ws,
+        "git init -q proj && git init -q --bare gitdirs/p.git && mkdir p && ln -s ../gitdirs/p.git p/.git",
+    );
+    // A pointer the run leaves in one run aims at `proj`'s git directory...
+    let o = w.run("mkdir aaa && printf 'gitdir: ../proj/.git\\n' | tee aaa/.git");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    // ...and the next swaps the repositories for ones of its own making.
+    let script = "mv proj proj.old; git init -q proj; git -C proj config core.fsmonitor evil; \
+                  mkdir -p e/objects e/refs/heads && printf '[core]\\n\\tfsmonitor = evil\\n' > e/config && \
+                  ln -sfn refs/heads/master e/HEAD && rm -f p/.git && ln -s ../e p/.git; echo ran";
+    let o = w.run(script);
+    assert!(stdout(&o).contains("ran"), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    assert!(!exists(&w.ws.join("proj.old")), "{}", text(&o));
+    let config = std::fs::read_to_string(w.ws.join("proj/.git/config")).unwrap();
+    assert!(!config.contains("fsmonitor"), "{}", text(&o));
+    assert_ne!(
+        std::fs::read_link(w.ws.join("p/.git")).ok(),
+        Some("../e".into()),
+        "{}",
+        text(&o)
+    );
+    let c = w.control(script);
+    assert!(exists(&w.ws.join("proj.old")), "control: {}", text(&c));
+    assert_eq!(
+        std::fs::read_link(w.ws.join("p/.git")).ok(),
+        Some("../e".into()),
+        "control: {}",
+        text(&c)
+    );
+}
+
+#[test]
+fn checkouts_the_enclosing_repository_names_in_the_workspace_are_protected() {
+    // The workspace a folder of a larger repository, which has a submodule
+    // there that is not initialised: git at the top of that repository
+    // recurses into it, and would obey a repository the run made there.
+    let w = World::new();
+    let around = w.ws.parent().unwrap();
+    let lib = w.outside.join("lib");
+    let git = |dir: &std::path::Path, args: &[&str]| {
+        let o = Command::new("git")
+            .args([
+                "-c",
+                "user.email=t@t",
+                "-c",
+                "user.name=t",
+                "-c",
+                "protocol.file.allow=always",
+            ])
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "git {args:?}: {}", text(&o));
+    };
+    std::fs::create_dir_all(&lib).unwrap();
+    git(&lib, &["init", "-q"]);
+    git(&lib, &["commit", "-q", "--allow-empty", "-m", "init"]);
+    git(around, &["init", "-q"]);
+    git(around, &["submodule", "-q", "add", lib.to_str().unwrap(), "ws/lib"]);
+    git(around, &["commit", "-qm", "lib"]);
+    git(around, &["submodule", "-q", "deinit", "-f", "ws/lib"]);
+    let script = "cd lib && git init -q && git config core.fsmonitor evil; echo ran";
+    let o = w.run(script);
+    assert!(stdout(&o).contains("ran"), "{}", text(&o));
+    assert!(!exists(&w.ws.join("lib/.git")), "{}", text(&o));
+    let c = w.control(script);
+    assert!(exists(&w.ws.join("lib/.git/config")), "control: {}", text(&c));
+}
+
+#[test]
 fn a_file_named_head_that_a_nested_repository_tracks_stays_writable() {
     let w = World::new();
     let o = Command::new("git")

@@ -196,6 +196,11 @@ impl CreateGuard {
         if control && parent == top_git {
             return Some("`.git/config`, `.git/config.worktree`, `.git/hooks` and `.git/commondir` are protected");
         }
+        if n == b".git" && self.nested_trees.iter().any(|(t, _)| *t == parent) {
+            return Some(
+                "a repository below the top already has its `.git` here: another one (a file or symlink naming a git directory of the run's making) would have git obey a configuration nobody checked",
+            );
+        }
         if let Some((_, head)) = self.nested_trees.iter().find(|(t, _)| *t == parent) {
             if (!head && n == b"HEAD") || (*head && git_dir_part && n != b"HEAD") {
                 return Some(
@@ -1108,6 +1113,10 @@ mod tests {
             (&g, "/w/tracked", "HEAD", other, false),
             (&g, "/w/tracked", "objects", dir, true),
             (&g, "/w/tracked", "config", other, true),
+            // A new `.git` where a repository below the top had one.
+            (&g, "/w/proj", ".git", other, true),
+            (&g, "/w/proj", ".git", dir, true),
+            (&g, "/w/proj/src", ".git", dir, false),
         ];
         for (guard, parent, name, making, refused) in table {
             let got = guard.refuses(OsStr::new(name), *making, || Some(PathBuf::from(parent)));

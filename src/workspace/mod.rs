@@ -600,27 +600,21 @@ pub struct GitLayout {
 /// run makes is its own (`git init sub`, `cargo new`), as anywhere else.
 pub fn git_layout_with(root: &Path, found: &[PathBuf]) -> GitLayout {
     let mut layout = git_layout(root);
-    // Outermost first: never does a repository go unprotected because of
-    // one the scan listed before it (a pointer planted in `.aaa` aiming into
-    // another's `.git` must not hide that one).
-    let mut trees: Vec<&PathBuf> = found.iter().collect();
-    trees.sort_by_key(|t| t.components().count());
-    for tree in trees {
-        let dotgit = tree.join(".git");
-        // Already laid out: the very same, or inside a git directory known.
-        if layout.dirs.iter().any(|d| dotgit.starts_with(d)) || layout.pointers.contains(&dotgit) {
-            continue;
-        }
-        // A real directory all the way down to the work tree (git does not
-        // look through a symlink on the way either).
-        let mut prefix = PathBuf::new();
-        let real = tree.components().all(|c| {
-            prefix.push(c);
-            std::fs::symlink_metadata(root.join(&prefix)).is_ok_and(|m| m.is_dir())
-        });
-        if !real {
-            continue;
-        }
+    // Only real directories all the way down to the work tree (git does not
+    // look through a symlink on the way either).
+    let trees: Vec<&PathBuf> = found
+        .iter()
+        .filter(|tree| {
+            let mut prefix = PathBuf::new();
+            tree.components().all(|c| {
+                prefix.push(c);
+                std::fs::symlink_metadata(root.join(&prefix)).is_ok_and(|m| m.is_dir())
+            })
+        })
+        .collect();
+    // Every work tree pinned first, whatever else names its git directory:
+    // renamed away, it would carry its protection along.
+    for tree in &trees {
         let mut ancestor = PathBuf::new();
         for c in tree.components() {
             ancestor.push(c);
@@ -628,18 +622,31 @@ pub fn git_layout_with(root: &Path, found: &[PathBuf]) -> GitLayout {
                 layout.pins.push(ancestor.clone());
             }
         }
-        let meta = std::fs::symlink_metadata(root.join(&dotgit));
-        if meta.as_ref().is_ok_and(|m| m.is_dir()) {
+    }
+    // Then the git directories that are directories, each with its own work
+    // tree; then `.git` files and symlinks, which may name one of those (a
+    // pointer the run planted must not lay out another's git directory
+    // under the wrong work tree, nor hide it).
+    for tree in &trees {
+        let dotgit = tree.join(".git");
+        if std::fs::symlink_metadata(root.join(&dotgit)).is_ok_and(|m| m.is_dir())
+            && !layout.dirs.iter().any(|d| dotgit.starts_with(d))
+        {
             layout = git_layout_of(root, tree, dotgit, layout);
-            continue;
         }
-        if meta.is_err() {
+    }
+    for tree in &trees {
+        let dotgit = tree.join(".git");
+        let Ok(meta) = std::fs::symlink_metadata(root.join(&dotgit)) else {
+            continue;
+        };
+        if meta.is_dir() || layout.pointers.contains(&dotgit) {
             continue;
         }
         // A `.git` file (a linked worktree, `--separate-git-dir`) or a
         // symlink: kept as it is (checked around the run), and the git
         // directory it leads to protected, in the workspace or not.
-        let target = if meta.as_ref().is_ok_and(|m| m.file_type().is_symlink()) {
+        let target = if meta.file_type().is_symlink() {
             std::fs::canonicalize(root.join(&dotgit)).ok()
         } else {
             named_git_dir(&root.join(tree), &root.join(&dotgit)).and_then(|g| std::fs::canonicalize(g).ok())
@@ -651,7 +658,12 @@ pub fn git_layout_with(root: &Path, found: &[PathBuf]) -> GitLayout {
         match target.strip_prefix(root).map(Path::to_path_buf) {
             Ok(rel) if !rel.as_os_str().is_empty() && !tree.starts_with(&rel) => {
                 if !layout.dirs.iter().any(|d| rel.starts_with(d)) {
-                    layout = git_layout_of(root, tree, rel.clone(), layout);
+                    // A `.git` directory's own work tree is beside it.
+                    let own = match rel.file_name() {
+                        Some(n) if n == ".git" => rel.parent().map(Path::to_path_buf).unwrap_or_default(),
+                        _ => tree.to_path_buf(),
+                    };
+                    layout = git_layout_of(root, &own, rel.clone(), layout);
                 }
                 // A linked worktree's settings and hooks are its common
                 // directory's (`commondir`): protected as well.
@@ -666,9 +678,30 @@ pub fn git_layout_with(root: &Path, found: &[PathBuf]) -> GitLayout {
             Ok(_) => {}
             // Outside the workspace (another checkout's worktree): its own
             // index still names checkouts here, whose git git recurses into.
-            Err(_) => gitlinks_from(root, &mut layout, vec![(tree.clone(), target)]),
+            Err(_) => gitlinks_from(root, &mut layout, vec![(tree.to_path_buf(), target)]),
         }
     }
+    // Repositories around the workspace: git recurses from them into the
+    // checkouts their indexes name here (an uninitialised submodule of the
+    // enclosing repository, say).
+    let mut queue = Vec::new();
+    for around in root.ancestors().skip(1) {
+        let g = around.join(".git");
+        let gitdir = match std::fs::symlink_metadata(&g) {
+            Ok(m) if m.is_file() => named_git_dir(around, &g),
+            Ok(_) => Some(g),
+            Err(_) => None,
+        };
+        for l in gitdir.and_then(|d| gitindex::gitlinks(&d)).unwrap_or_default() {
+            let full = around.join(l);
+            if let Ok(rel) = full.strip_prefix(root) {
+                if !rel.as_os_str().is_empty() {
+                    checkout_of_gitlink(root, &mut layout, rel.to_path_buf(), &mut queue);
+                }
+            }
+        }
+    }
+    gitlinks_from(root, &mut layout, queue);
     for list in [&mut layout.dirs, &mut layout.pins, &mut layout.pointers] {
         let mut seen: Vec<PathBuf> = Vec::new();
         list.retain(|p| {
@@ -687,7 +720,8 @@ pub fn git_layout_with(root: &Path, found: &[PathBuf]) -> GitLayout {
 /// a run planted may name anything (`..`, `src`); only a git directory is
 /// taken for one.
 fn looks_like_git_dir(dir: &Path) -> bool {
-    std::fs::symlink_metadata(dir.join("HEAD")).is_ok_and(|m| m.is_file())
+    // (A `HEAD` may be a symlink, which git accepts.)
+    std::fs::metadata(dir.join("HEAD")).is_ok_and(|m| m.is_file())
         && (std::fs::symlink_metadata(dir.join("objects")).is_ok_and(|m| m.is_dir())
             || std::fs::symlink_metadata(dir.join("commondir")).is_ok_and(|m| m.is_file()))
 }
@@ -901,74 +935,7 @@ fn gitlinks_from(root: &Path, layout: &mut GitLayout, mut queue: Vec<(PathBuf, P
         match gitindex::gitlinks(&root.join(&gitdir)) {
             Some(links) => {
                 for l in links {
-                    let l = tree.join(l);
-                    // Like git, never through a symlink on the way (git does not
-                    // recurse into a gitlink behind one either).
-                    // A symlink or a file on the way: git does not go there. A
-                    // directory missing on the way: the checkout is missing.
-                    let mut prefix = PathBuf::new();
-                    let mut missing = false;
-                    let mut blocked = false;
-                    for c in l.components() {
-                        prefix.push(c);
-                        match std::fs::symlink_metadata(root.join(&prefix)) {
-                            Ok(m) if m.is_dir() => {}
-                            Ok(_) => blocked = true,
-                            Err(_) => missing = true,
-                        }
-                        if blocked || missing {
-                            break;
-                        }
-                    }
-                    if blocked {
-                        continue;
-                    }
-                    if missing {
-                        layout.missing_checkouts.push(l);
-                        continue;
-                    }
-                    let dotgit = l.join(".git");
-                    // Every directory down to the checkout is pinned: renamed, one
-                    // would carry the read-only mounts beneath it away and leave
-                    // room for a checkout with a `.git` of the run's making.
-                    let mut ancestor = PathBuf::new();
-                    for c in l.components() {
-                        ancestor.push(c);
-                        if !layout.pins.contains(&ancestor) {
-                            layout.pins.push(ancestor.clone());
-                        }
-                    }
-                    match std::fs::symlink_metadata(root.join(&dotgit)) {
-                        Ok(m) if m.is_dir() => {
-                            queue.push((l.clone(), dotgit.clone()));
-                            layout.dirs.push(dotgit.clone());
-                            layout.pins.push(dotgit);
-                        }
-                        // A file names the git directory; so does a symlink, which
-                        // git follows: both are checked around a run. Where it
-                        // names one inside the workspace, its index is read too.
-                        Ok(_) => {
-                            if let Some(target) = pointed_git_dir(root, &l, &dotgit) {
-                                // Where it is not below a git directory
-                                // already (`.git/modules/x`, usually): a
-                                // git directory of its own to protect.
-                                let git_dir = !target.as_os_str().is_empty() && looks_like_git_dir(&root.join(&target));
-                                if git_dir && !layout.dirs.iter().any(|d| target.starts_with(d)) {
-                                    let mut ancestor = PathBuf::new();
-                                    for c in target.components() {
-                                        ancestor.push(c);
-                                        if !layout.pins.contains(&ancestor) {
-                                            layout.pins.push(ancestor.clone());
-                                        }
-                                    }
-                                    layout.dirs.push(target.clone());
-                                }
-                                queue.push((l.clone(), target));
-                            }
-                            layout.pointers.push(dotgit)
-                        }
-                        Err(_) => layout.checkouts_without_git.push(l),
-                    }
+                    checkout_of_gitlink(root, layout, tree.join(l), &mut queue);
                 }
             }
             None => {
@@ -976,6 +943,78 @@ fn gitlinks_from(root: &Path, layout: &mut GitLayout, mut queue: Vec<(PathBuf, P
                 layout.unreadable_indexes.push(gitdir);
             }
         }
+    }
+}
+
+/// One gitlink's checkout `l` (relative to the workspace), into `layout`;
+/// its git directory, when it has one, onto `queue` for its own gitlinks.
+fn checkout_of_gitlink(root: &Path, layout: &mut GitLayout, l: PathBuf, queue: &mut Vec<(PathBuf, PathBuf)>) {
+    // Like git, never through a symlink on the way (git does not
+    // recurse into a gitlink behind one either).
+    // A symlink or a file on the way: git does not go there. A
+    // directory missing on the way: the checkout is missing.
+    let mut prefix = PathBuf::new();
+    let mut missing = false;
+    let mut blocked = false;
+    for c in l.components() {
+        prefix.push(c);
+        match std::fs::symlink_metadata(root.join(&prefix)) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => blocked = true,
+            Err(_) => missing = true,
+        }
+        if blocked || missing {
+            break;
+        }
+    }
+    if blocked {
+        return;
+    }
+    if missing {
+        layout.missing_checkouts.push(l);
+        return;
+    }
+    let dotgit = l.join(".git");
+    // Every directory down to the checkout is pinned: renamed, one
+    // would carry the read-only mounts beneath it away and leave
+    // room for a checkout with a `.git` of the run's making.
+    let mut ancestor = PathBuf::new();
+    for c in l.components() {
+        ancestor.push(c);
+        if !layout.pins.contains(&ancestor) {
+            layout.pins.push(ancestor.clone());
+        }
+    }
+    match std::fs::symlink_metadata(root.join(&dotgit)) {
+        Ok(m) if m.is_dir() => {
+            queue.push((l.clone(), dotgit.clone()));
+            layout.dirs.push(dotgit.clone());
+            layout.pins.push(dotgit);
+        }
+        // A file names the git directory; so does a symlink, which
+        // git follows: both are checked around a run. Where it
+        // names one inside the workspace, its index is read too.
+        Ok(_) => {
+            if let Some(target) = pointed_git_dir(root, &l, &dotgit) {
+                // Where it is not below a git directory
+                // already (`.git/modules/x`, usually): a
+                // git directory of its own to protect.
+                let git_dir = !target.as_os_str().is_empty() && looks_like_git_dir(&root.join(&target));
+                if git_dir && !layout.dirs.iter().any(|d| target.starts_with(d)) {
+                    let mut ancestor = PathBuf::new();
+                    for c in target.components() {
+                        ancestor.push(c);
+                        if !layout.pins.contains(&ancestor) {
+                            layout.pins.push(ancestor.clone());
+                        }
+                    }
+                    layout.dirs.push(target.clone());
+                }
+                queue.push((l.clone(), target));
+            }
+            layout.pointers.push(dotgit)
+        }
+        Err(_) => layout.checkouts_without_git.push(l),
     }
 }
 
