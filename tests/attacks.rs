@@ -1047,6 +1047,74 @@ fn checkouts_the_enclosing_repository_names_in_the_workspace_are_protected() {
 }
 
 #[test]
+fn no_repository_may_be_made_on_the_way_to_a_nested_one() {
+    // git looking for the repository of `vendor/x` walks up when its `.git`
+    // is broken: a repository the run made in `vendor` would be obeyed.
+    let w = World::new();
+    let o = Command::new("git")
+        .args(["init", "-q", "vendor/x"])
+        .current_dir(&w.ws)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let mark = w.outside.join("git-ran-the-planted-fsmonitor");
+    let script = format!(
+        "printf junk | tee vendor/x/.git/HEAD; git init -q vendor; git -C vendor config core.fsmonitor 'touch {}; false'; echo ran",
+        mark.display()
+    );
+    let status_ran = || {
+        let _ = Command::new("git")
+            .args(["status"])
+            .current_dir(w.ws.join("vendor/x"))
+            .output()
+            .unwrap();
+        exists(&mark)
+    };
+    let o = w.run(&script);
+    assert!(stdout(&o).contains("ran"), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    assert!(!exists(&w.ws.join("vendor/.git")), "{}", text(&o));
+    assert!(!status_ran(), "{}", text(&o));
+    let c = w.control(&script);
+    assert!(status_ran(), "control: {}", text(&c));
+}
+
+#[test]
+fn the_persons_own_git_configuration_in_the_workspace_is_protected() {
+    // A dotfiles checkout as the workspace, with git told to read its global
+    // configuration there: every repository of the person's obeys it.
+    let w = World::new();
+    let global = w.write("gitconfig", "[user]\n\tname = t\n");
+    let missing = w.ws.join("later/gitconfig");
+    let script = |rel: &str| {
+        format!("mkdir -p \"$(dirname {rel})\" && printf '[core]\\n\\tfsmonitor = evil\\n' | tee -a {rel}; echo ran")
+    };
+    for (file, existed) in [(&global, true), (&missing, false)] {
+        let rel = file.strip_prefix(&w.ws).unwrap().to_str().unwrap();
+        let o = w
+            .command(&["run", "-c", &script(rel)])
+            .env("GIT_CONFIG_GLOBAL", file)
+            .output()
+            .unwrap();
+        assert!(stdout(&o).contains("ran"), "{}", text(&o));
+        assert_eq!(o.status.code(), Some(if existed { 0 } else { 77 }), "{}", text(&o));
+        let now = std::fs::read_to_string(file).unwrap_or_default();
+        assert!(
+            !now.contains("fsmonitor"),
+            "{} was written: {}",
+            file.display(),
+            text(&o)
+        );
+    }
+    let c = w.control(&script("gitconfig"));
+    assert!(
+        std::fs::read_to_string(&global).unwrap().contains("fsmonitor"),
+        "control: {}",
+        text(&c)
+    );
+}
+
+#[test]
 fn a_file_named_head_that_a_nested_repository_tracks_stays_writable() {
     let w = World::new();
     let o = Command::new("git")

@@ -196,6 +196,20 @@ impl CreateGuard {
         if control && parent == top_git {
             return Some("`.git/config`, `.git/config.worktree`, `.git/hooks` and `.git/commondir` are protected");
         }
+        // On the way to a nested work tree (below the top): git looking for
+        // the repository of a file in that tree walks up through these when
+        // the tree's own `.git` is broken or gone (`HEAD` overwritten, a
+        // `.git` symlink removed), and would obey a repository made there.
+        let on_the_way = parent != self.workspace
+            && self
+                .nested_trees
+                .iter()
+                .any(|(t, _)| t.starts_with(&parent) && *t != parent);
+        if on_the_way && (n == b".git" || n == b"HEAD") {
+            return Some(
+                "a repository below this folder would be taken over by a repository made here (git walks up from a broken `.git`)",
+            );
+        }
         if n == b".git" && self.nested_trees.iter().any(|(t, _)| *t == parent) {
             return Some(
                 "a repository below the top already has its `.git` here: another one (a file or symlink naming a git directory of the run's making) would have git obey a configuration nobody checked",
@@ -1045,7 +1059,11 @@ mod tests {
             head_at_top: false,
             repo_at_top: true,
             include_paths: vec!["/w/shared.gitconfig".into(), "/w/conf/team/x.cfg".into()],
-            nested_trees: vec![("/w/proj".into(), false), ("/w/tracked".into(), true)],
+            nested_trees: vec![
+                ("/w/proj".into(), false),
+                ("/w/tracked".into(), true),
+                ("/w/vendor/x".into(), false),
+            ],
         };
         let no_repo = CreateGuard {
             repo_at_top: false,
@@ -1117,6 +1135,10 @@ mod tests {
             (&g, "/w/proj", ".git", other, true),
             (&g, "/w/proj", ".git", dir, true),
             (&g, "/w/proj/src", ".git", dir, false),
+            // On the way to a nested work tree.
+            (&g, "/w/vendor", ".git", dir, true),
+            (&g, "/w/vendor", "HEAD", other, true),
+            (&g, "/w/vendor", "config", other, false),
         ];
         for (guard, parent, name, making, refused) in table {
             let got = guard.refuses(OsStr::new(name), *making, || Some(PathBuf::from(parent)));

@@ -123,10 +123,6 @@ pub fn includes(root: &Path, git_dirs: &[PathBuf], homes: &[PathBuf]) -> Result<
         // (a configuration of the workspace's own repository git names through
         // a symlink into the workspace, an included file anywhere).
         let shown = config.display().to_string();
-        // Most of the files git could read do not exist: one lookup says so.
-        if depth == 0 && std::fs::symlink_metadata(&config).is_err() {
-            continue;
-        }
         let real = if depth == 0 {
             let mut on_the_way = Vec::new();
             let (real, linked) = walk(root, &config, &mut on_the_way).ok_or_else(|| UnreadableConfig {
@@ -134,7 +130,17 @@ pub fn includes(root: &Path, git_dirs: &[PathBuf], homes: &[PathBuf]) -> Result<
                 line: 0,
                 why: "its path has more symlinks than a lookup follows".into(),
             })?;
-            if linked {
+            // One of the person's own files git reads that is in the
+            // workspace, or reached through it (a dotfiles checkout, a
+            // `GIT_CONFIG_GLOBAL` there, `~/.config/git` linked into it),
+            // existing or not: protected like an included file. The
+            // workspace's own git directories' files are already.
+            let own_git_dir = real.strip_prefix(root).is_ok_and(|r| {
+                git_dirs
+                    .iter()
+                    .any(|d| d.strip_prefix(root).is_ok_and(|d| r.starts_with(d)))
+            });
+            if linked || (real.starts_with(root) && !own_git_dir) {
                 found.follow(root, &config, &shown, 0)?;
             }
             real

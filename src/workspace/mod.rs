@@ -353,6 +353,21 @@ mod tests {
     }
 
     #[test]
+    fn repositories_in_tools_caches_under_home_are_not_taken_for_the_persons() {
+        for (rel, cached) in [
+            (".cache/pre-commit/repoabc", true),
+            (".cargo/git/checkouts/x-1/abc", true),
+            ("go/pkg/mod/github.com/a/b", true),
+            ("go/src/project", false),
+            ("vendor/x", false),
+            ("src/.cache/x", false),
+            ("proj", false),
+        ] {
+            assert_eq!(in_tool_cache(Path::new(rel)), cached, "{rel}");
+        }
+    }
+
+    #[test]
     fn fingerprint_sees_content_metadata_and_names() {
         let d = tempfile::tempdir().unwrap();
         std::fs::write(d.path().join("a"), "1").unwrap();
@@ -586,6 +601,10 @@ pub struct GitLayout {
     /// (empty, as git leaves a submodule it has not initialised) so that
     /// they too can be read-only. See [`make_missing_checkouts`].
     pub missing_checkouts: Vec<PathBuf>,
+    /// Git directories outside the workspace that repositories in it use
+    /// (absolute): a linked worktree of a checkout elsewhere. Their
+    /// configurations may include files of the workspace.
+    pub outside: Vec<PathBuf>,
 }
 
 /// [`git_layout`], with the repositories below the top that no index names
@@ -678,7 +697,10 @@ pub fn git_layout_with(root: &Path, found: &[PathBuf]) -> GitLayout {
             Ok(_) => {}
             // Outside the workspace (another checkout's worktree): its own
             // index still names checkouts here, whose git git recurses into.
-            Err(_) => gitlinks_from(root, &mut layout, vec![(tree.to_path_buf(), target)]),
+            Err(_) => {
+                layout.outside.push(target.clone());
+                gitlinks_from(root, &mut layout, vec![(tree.to_path_buf(), target)]);
+            }
         }
     }
     // Repositories around the workspace: git recurses from them into the
@@ -692,7 +714,18 @@ pub fn git_layout_with(root: &Path, found: &[PathBuf]) -> GitLayout {
             Ok(_) => Some(g),
             Err(_) => None,
         };
-        for l in gitdir.and_then(|d| gitindex::gitlinks(&d)).unwrap_or_default() {
+        let Some(gitdir) = gitdir else { continue };
+        if !gitdir.join("index").exists() {
+            continue;
+        }
+        let Some(links) = gitindex::gitlinks(&gitdir) else {
+            // One this reader cannot vouch for (a split index): the
+            // checkouts it names here are unknown, as for the workspace's own.
+            layout.index_unreadable = true;
+            layout.unreadable_indexes.push(gitdir);
+            continue;
+        };
+        for l in links {
             let full = around.join(l);
             if let Ok(rel) = full.strip_prefix(root) {
                 if !rel.as_os_str().is_empty() {
@@ -814,7 +847,12 @@ pub fn git_includes(root: &Path, layout: &GitLayout) -> Result<gitconfig::GitInc
 type GitIncludesRead = Result<gitconfig::GitIncludes, gitconfig::UnreadableConfig>;
 
 fn read_git_includes(root: &Path, layout: &GitLayout) -> GitIncludesRead {
-    let mut dirs: Vec<PathBuf> = layout.dirs.iter().map(|d| root.join(d)).collect();
+    let mut dirs: Vec<PathBuf> = layout
+        .dirs
+        .iter()
+        .map(|d| root.join(d))
+        .chain(layout.outside.iter().cloned())
+        .collect();
     let dotgit = Path::new(".git");
     if std::fs::symlink_metadata(root.join(dotgit)).is_ok_and(|m| m.is_file()) {
         dirs.extend(outside_git_dir(root, dotgit));
@@ -1208,6 +1246,35 @@ pub const SCAN_SKIP_DIRS: &[&str] = &[
 /// How deep the secret scan goes.
 pub const SCAN_MAX_DEPTH: usize = 8;
 
+/// Where tools keep clones of their own under `HOME`, which in the sandbox
+/// is the workspace (pre-commit's hooks, cargo's git dependencies, package
+/// managers' caches): repositories there are not taken for the person's
+/// (see [`git_layout_with`]). Dozens of them would each cost an overlay, and
+/// past 64 refuse every writable run; no editor looks for repositories there.
+const TOOL_CACHES: &[&str] = &[
+    ".cache",
+    ".cargo",
+    ".rustup",
+    ".npm",
+    ".pnpm-store",
+    ".yarn",
+    ".gradle",
+    ".m2",
+    ".local",
+    ".nvm",
+    ".pyenv",
+    ".bun",
+    ".deno",
+];
+
+/// Whether the workspace-relative `rel` is in one of the [`TOOL_CACHES`] at
+/// the top of the workspace, or in Go's module cache (`go/pkg/mod`).
+fn in_tool_cache(rel: &Path) -> bool {
+    let mut parts = rel.components().map(|c| c.as_os_str());
+    let first = parts.next().unwrap_or_default();
+    TOOL_CACHES.iter().any(|c| first == *c) || (first == "go" && parts.next() == Some("pkg".as_ref()))
+}
+
 /// What one walk of the workspace finds before a run (bounded depth,
 /// skipping dependency and VCS directories): the secret-looking files to
 /// hide inside the sandbox, and the `.env*` secrets the check after the run
@@ -1317,7 +1384,7 @@ fn scan(
         for name in &l.hits {
             out.push(dir.join(std::ffi::OsStr::from_bytes(name)));
         }
-        if !rel.as_os_str().is_empty() && l.subdirs.iter().any(|n| n == b".git") {
+        if !rel.as_os_str().is_empty() && !in_tool_cache(&rel) && l.subdirs.iter().any(|n| n == b".git") {
             repos.push(rel.clone());
         }
         if depth < SCAN_MAX_DEPTH {
