@@ -610,11 +610,7 @@ fn repo_with_includes(w: &World) -> (String, std::path::PathBuf) {
     w.write("shared.gitconfig", "[user]\n\tname = t\n");
     w.write("conf/linked.gitconfig", "");
     std::os::unix::fs::symlink("conf", w.ws.join("link")).unwrap();
-    let mark = w.outside.join("git-ran-the-planted-fsmonitor");
-    let program = w.outside.join("fsmonitor.sh");
-    std::fs::write(&program, format!("#!/bin/sh\ntouch {}\n", mark.display())).unwrap();
-    std::fs::set_permissions(&program, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    (format!("[core]\\n\\tfsmonitor = {}\\n", program.display()), mark)
+    planted_fsmonitor(w)
 }
 
 /// The person's `git status` on the host, after the run (an editor runs one
@@ -705,6 +701,18 @@ fn an_overlay_run_and_a_landed_preview_keep_out_what_a_git_configuration_include
     assert!(host_git_status_ran(&w, &mark), "control: {}", text(&c));
 }
 
+/// `script` plants, at `planted`, a configuration the host's git would
+/// obey: through tether-exec it is refused (exit 77), never exists, and the
+/// host's git runs nothing; without the sandbox (the control) git runs it.
+fn planted_git_configuration_is_refused(w: &World, script: &str, planted: &str, mark: &std::path::Path) {
+    let o = w.run(script);
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    assert!(!exists(&w.ws.join(planted)), "{}", text(&o));
+    assert!(!host_git_status_ran(w, mark), "{}", text(&o));
+    let c = w.control(script);
+    assert!(host_git_status_ran(w, mark), "control: {}", text(&c));
+}
+
 #[test]
 fn includes_of_a_repository_around_the_workspace_and_of_a_linked_file_are_protected() {
     // The workspace a folder of a larger repository: git there uses the
@@ -717,20 +725,9 @@ fn includes_of_a_repository_around_the_workspace_and_of_a_linked_file_are_protec
     };
     git(&["init", "-q"]);
     git(&["config", "include.path", "../ws/team.gitconfig"]);
-    let (line, mark) = {
-        let mark = w.outside.join("git-ran-the-planted-fsmonitor");
-        let program = w.outside.join("fsmonitor.sh");
-        std::fs::write(&program, format!("#!/bin/sh\ntouch {}\n", mark.display())).unwrap();
-        std::fs::set_permissions(&program, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-        (format!("[core]\\n\\tfsmonitor = {}\\n", program.display()), mark)
-    };
+    let (line, mark) = planted_fsmonitor(&w);
     let script = format!("printf '{line}' | tee team.gitconfig; echo ran");
-    let o = w.run(&script);
-    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
-    assert!(!exists(&w.ws.join("team.gitconfig")), "{}", text(&o));
-    assert!(!host_git_status_ran(&w, &mark), "{}", text(&o));
-    let c = w.control(&script);
-    assert!(host_git_status_ran(&w, &mark), "control: {}", text(&c));
+    planted_git_configuration_is_refused(&w, &script, "team.gitconfig", &mark);
 
     // An included file that is a symlink: git takes its own relative
     // includes from where the link is, not from where it leads.
@@ -739,18 +736,9 @@ fn includes_of_a_repository_around_the_workspace_and_of_a_linked_file_are_protec
     host_git(&w, &["config", "include.path", "../team.cfg"]);
     w.write("conf/real.cfg", "[include]\n\tpath = extra.cfg\n");
     std::os::unix::fs::symlink("conf/real.cfg", w.ws.join("team.cfg")).unwrap();
-    let mark = w.outside.join("git-ran-the-planted-fsmonitor");
-    let program = w.outside.join("fsmonitor.sh");
-    std::fs::write(&program, format!("#!/bin/sh\ntouch {}\n", mark.display())).unwrap();
-    std::fs::set_permissions(&program, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let line = format!("[core]\\n\\tfsmonitor = {}\\n", program.display());
+    let (line, mark) = planted_fsmonitor(&w);
     let script = format!("printf '{line}' | tee extra.cfg; echo ran");
-    let o = w.run(&script);
-    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
-    assert!(!exists(&w.ws.join("extra.cfg")), "{}", text(&o));
-    assert!(!host_git_status_ran(&w, &mark), "{}", text(&o));
-    let c = w.control(&script);
-    assert!(host_git_status_ran(&w, &mark), "control: {}", text(&c));
+    planted_git_configuration_is_refused(&w, &script, "extra.cfg", &mark);
 }
 
 #[test]
@@ -758,17 +746,8 @@ fn repositories_no_index_names_that_were_there_before_the_run_are_protected() {
     // A workspace of several repositories (no repository at its top), as a
     // person's `~/code` is: an editor finds each and runs `git status` there.
     let w = World::new();
-    let o = Command::new("git")
-        .args(["init", "-q", "proj"])
-        .current_dir(&w.ws)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", text(&o));
-    let mark = w.outside.join("git-ran-the-planted-fsmonitor");
-    let program = w.outside.join("fsmonitor.sh");
-    std::fs::write(&program, format!("#!/bin/sh\ntouch {}\n", mark.display())).unwrap();
-    std::fs::set_permissions(&program, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let line = format!("[core]\\n\\tfsmonitor = {}\\n", program.display());
+    git_in(&w.ws, &["init", "-q", "proj"]);
+    let (line, mark) = planted_fsmonitor(&w);
     let status_ran = || {
         let _ = Command::new("git")
             .args(["status", "--short"])
@@ -805,35 +784,19 @@ fn repositories_no_index_names_that_were_there_before_the_run_are_protected() {
 #[test]
 fn submodules_indexes_pointers_and_work_trees_of_repositories_found_before_the_run_are_protected() {
     let w = World::new();
-    let git = |dir: &std::path::Path, args: &[&str]| {
-        let o = Command::new("git")
-            .args([
-                "-c",
-                "user.email=t@t",
-                "-c",
-                "user.name=t",
-                "-c",
-                "protocol.file.allow=always",
-            ])
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "git {args:?}: {}", text(&o));
-    };
     // No repository at the top: `proj` (with a submodule `x`), and `sep`,
     // whose `.git` is a file naming its git directory in `.repos`.
     for r in ["proj", "lib"] {
-        git(&w.ws, &["init", "-q", r]);
+        git_in(&w.ws, &["init", "-q", r]);
         w.write(&format!("{r}/f"), r);
-        git(&w.ws.join(r), &["add", "f"]);
-        git(&w.ws.join(r), &["commit", "-qm", "init"]);
+        git_in(&w.ws.join(r), &["add", "f"]);
+        git_in(&w.ws.join(r), &["commit", "-qm", "init"]);
     }
-    git(&w.ws.join("proj"), &["submodule", "-q", "add", "../lib", "x"]);
-    git(&w.ws.join("proj"), &["commit", "-qm", "x"]);
+    git_in(&w.ws.join("proj"), &["submodule", "-q", "add", "../lib", "x"]);
+    git_in(&w.ws.join("proj"), &["commit", "-qm", "x"]);
     std::fs::create_dir(w.ws.join(".repos")).unwrap();
     let sep_dir = w.ws.join(".repos/sep.git");
-    git(
+    git_in(
         &w.ws,
         &[
             "init",
@@ -894,12 +857,7 @@ fn an_overlay_run_never_lands_a_control_file_of_a_repository_below_the_top() {
     // lands, so a nested repository's `commondir` never exists on the host,
     // not even for the moment before the check after the run.
     let w = World::new();
-    let o = Command::new("git")
-        .args(["init", "-q", "proj"])
-        .current_dir(&w.ws)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", text(&o));
+    git_in(&w.ws, &["init", "-q", "proj"]);
     let script = "printf ../../elsewhere | tee proj/.git/commondir; printf x | tee notes.txt; echo ran";
     let o = w.run_policy("overlay = true\n", script);
     assert_eq!(o.status.code(), Some(77), "{}", text(&o));
@@ -917,24 +875,15 @@ fn an_overlay_run_never_lands_a_control_file_of_a_repository_below_the_top() {
 #[test]
 fn git_pointers_a_run_plants_neither_hide_a_repository_nor_stop_later_runs() {
     let w = World::new();
-    let git = |dir: &std::path::Path, args: &[&str]| {
-        let o = Command::new("git")
-            .args(["-c", "user.email=t@t", "-c", "user.name=t"])
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "git {args:?}: {}", text(&o));
-    };
     // The person's `zeta`, with a linked worktree `alpha` (which the scan
     // lists first), and `symrepo`, whose `.git` is a symlink to a git
     // directory kept elsewhere in the workspace.
-    git(&w.ws, &["init", "-q", "zeta"]);
+    git_in(&w.ws, &["init", "-q", "zeta"]);
     w.write("zeta/f", "f");
-    git(&w.ws.join("zeta"), &["add", "f"]);
-    git(&w.ws.join("zeta"), &["commit", "-qm", "init"]);
-    git(&w.ws.join("zeta"), &["worktree", "add", "-q", "../alpha"]);
-    git(&w.ws, &["init", "-q", "--bare", "store/proj.git"]);
+    git_in(&w.ws.join("zeta"), &["add", "f"]);
+    git_in(&w.ws.join("zeta"), &["commit", "-qm", "init"]);
+    git_in(&w.ws.join("zeta"), &["worktree", "add", "-q", "../alpha"]);
+    git_in(&w.ws, &["init", "-q", "--bare", "store/proj.git"]);
     std::fs::create_dir(w.ws.join("symrepo")).unwrap();
     std::os::unix::fs::symlink("../store/proj.git", w.ws.join("symrepo/.git")).unwrap();
     // One run plants pointers (its own, which stay): into zeta's `.git`, at
@@ -1015,29 +964,13 @@ fn checkouts_the_enclosing_repository_names_in_the_workspace_are_protected() {
     let w = World::new();
     let around = w.ws.parent().unwrap();
     let lib = w.outside.join("lib");
-    let git = |dir: &std::path::Path, args: &[&str]| {
-        let o = Command::new("git")
-            .args([
-                "-c",
-                "user.email=t@t",
-                "-c",
-                "user.name=t",
-                "-c",
-                "protocol.file.allow=always",
-            ])
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "git {args:?}: {}", text(&o));
-    };
     std::fs::create_dir_all(&lib).unwrap();
-    git(&lib, &["init", "-q"]);
-    git(&lib, &["commit", "-q", "--allow-empty", "-m", "init"]);
-    git(around, &["init", "-q"]);
-    git(around, &["submodule", "-q", "add", lib.to_str().unwrap(), "ws/lib"]);
-    git(around, &["commit", "-qm", "lib"]);
-    git(around, &["submodule", "-q", "deinit", "-f", "ws/lib"]);
+    git_in(&lib, &["init", "-q"]);
+    git_in(&lib, &["commit", "-q", "--allow-empty", "-m", "init"]);
+    git_in(around, &["init", "-q"]);
+    git_in(around, &["submodule", "-q", "add", lib.to_str().unwrap(), "ws/lib"]);
+    git_in(around, &["commit", "-qm", "lib"]);
+    git_in(around, &["submodule", "-q", "deinit", "-f", "ws/lib"]);
     let script = "cd lib && git init -q && git config core.fsmonitor evil; echo ran";
     let o = w.run(script);
     assert!(stdout(&o).contains("ran"), "{}", text(&o));
@@ -1051,12 +984,7 @@ fn no_repository_may_be_made_on_the_way_to_a_nested_one() {
     // git looking for the repository of `vendor/x` walks up when its `.git`
     // is broken: a repository the run made in `vendor` would be obeyed.
     let w = World::new();
-    let o = Command::new("git")
-        .args(["init", "-q", "vendor/x"])
-        .current_dir(&w.ws)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", text(&o));
+    git_in(&w.ws, &["init", "-q", "vendor/x"]);
     let mark = w.outside.join("git-ran-the-planted-fsmonitor");
     let script = format!(
         "printf junk | tee vendor/x/.git/HEAD; git init -q vendor; git -C vendor config core.fsmonitor 'touch {}; false'; echo ran",
@@ -1117,24 +1045,14 @@ fn the_persons_own_git_configuration_in_the_workspace_is_protected() {
 #[test]
 fn a_file_named_head_that_a_nested_repository_tracks_stays_writable() {
     let w = World::new();
-    let o = Command::new("git")
-        .args(["init", "-q", "trk"])
-        .current_dir(&w.ws)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", text(&o));
+    git_in(&w.ws, &["init", "-q", "trk"]);
     w.write("trk/HEAD", "h\n");
     let o = w.run("sed -i s/h/H/ trk/HEAD && cat trk/HEAD");
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert_eq!(std::fs::read_to_string(w.ws.join("trk/HEAD")).unwrap(), "H\n");
     // Where there was none, a `HEAD` at a work tree's top is refused (with a
     // broken `.git`, git would take the work tree for the git directory).
-    let o = Command::new("git")
-        .args(["init", "-q", "proj"])
-        .current_dir(&w.ws)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", text(&o));
+    git_in(&w.ws, &["init", "-q", "proj"]);
     let o = w.run("mkdir -p proj/objects proj/refs; printf 'ref: refs/heads/main\\n' | tee proj/HEAD; echo ran");
     assert_eq!(o.status.code(), Some(77), "{}", text(&o));
     assert!(!exists(&w.ws.join("proj/HEAD")), "{}", text(&o));

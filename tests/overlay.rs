@@ -545,22 +545,6 @@ fn a_submodule_commit_killed_midway_leaves_it_readable() {
     let w = World::new();
     let src = w.outside.join("subsrc");
     std::fs::create_dir_all(&src).unwrap();
-    let git_in = |dir: &std::path::Path, args: &[&str]| {
-        let o = Command::new("git")
-            .args([
-                "-c",
-                "user.email=t@t",
-                "-c",
-                "user.name=t",
-                "-c",
-                "protocol.file.allow=always",
-            ])
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "git {args:?}: {}", text(&o));
-    };
     git_in(&src, &["init", "-q"]);
     std::fs::write(src.join("s.txt"), "s\n").unwrap();
     git_in(&src, &["add", "s.txt"]);

@@ -833,15 +833,26 @@ pub fn git_includes(root: &Path, layout: &GitLayout) -> Result<gitconfig::GitInc
     // workspace's configurations and what they include are protected; the
     // person's own are outside the sandbox).
     static READ: std::sync::Mutex<Option<(PathBuf, GitIncludesRead)>> = std::sync::Mutex::new(None);
-    let mut memo = READ.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((ws, read)) = memo.as_ref() {
-        if ws == root {
-            return read.clone();
+    once_per_workspace(&READ, root, || read_git_includes(root, layout))
+}
+
+/// `make()` for `workspace`, made once a process and handed out again (each
+/// caller says why the value cannot change meanwhile); another workspace's
+/// replaces it.
+fn once_per_workspace<T: Clone>(
+    memo: &std::sync::Mutex<Option<(PathBuf, T)>>,
+    workspace: &Path,
+    make: impl FnOnce() -> T,
+) -> T {
+    let mut memo = memo.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((ws, value)) = memo.as_ref() {
+        if ws == workspace {
+            return value.clone();
         }
     }
-    let read = read_git_includes(root, layout);
-    *memo = Some((root.to_path_buf(), read.clone()));
-    read
+    let value = make();
+    *memo = Some((workspace.to_path_buf(), value.clone()));
+    value
 }
 
 type GitIncludesRead = Result<gitconfig::GitIncludes, gitconfig::UnreadableConfig>;
@@ -1341,15 +1352,7 @@ static SCANNED_BEFORE_RUN: std::sync::Mutex<Option<(PathBuf, SecretScan)>> = std
 /// changed it: made once, then handed out again (a run needs it for its
 /// capture, its plan and the checks around it; one walk, not three).
 pub fn scan_before_run(workspace: &Path, state: &Path) -> SecretScan {
-    let mut memo = SCANNED_BEFORE_RUN.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((ws, scan)) = memo.as_ref() {
-        if ws == workspace {
-            return scan.clone();
-        }
-    }
-    let scan = scan_secrets(workspace, state);
-    *memo = Some((workspace.to_path_buf(), scan.clone()));
-    scan
+    once_per_workspace(&SCANNED_BEFORE_RUN, workspace, || scan_secrets(workspace, state))
 }
 
 /// The repositories below the top that [`scan_before_run`] found in

@@ -196,6 +196,36 @@ pub fn host_git(w: &World, args: &[&str]) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
+/// git on the host in `dir` (an identity and local file transport set);
+/// panics unless it succeeds.
+pub fn git_in(dir: &Path, args: &[&str]) {
+    let o = Command::new("git")
+        .args([
+            "-c",
+            "user.email=t@t",
+            "-c",
+            "user.name=t",
+            "-c",
+            "protocol.file.allow=always",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "git {args:?} in {}: {}", dir.display(), text(&o));
+}
+
+/// A program outside the workspace that appends the directory it runs in to
+/// a log when git runs it as `core.fsmonitor`: (the `[core]` lines that
+/// would have git run it, for `printf`; the log).
+pub fn planted_fsmonitor(w: &World) -> (String, PathBuf) {
+    let log = w.outside.join("git-ran-the-planted-fsmonitor");
+    let program = w.outside.join("fsmonitor.sh");
+    std::fs::write(&program, format!("#!/bin/sh\npwd >> {}\n", log.display())).unwrap();
+    std::fs::set_permissions(&program, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    (format!("[core]\\n\\tfsmonitor = {}\\n", program.display()), log)
+}
+
 /// Waits (up to 20 s) until `done()` holds; whether it does. For what the
 /// launcher leaves to a child once its result is out (removing a landed
 /// preview).
