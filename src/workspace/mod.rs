@@ -706,33 +706,16 @@ pub fn git_layout_with(root: &Path, found: &[PathBuf]) -> GitLayout {
     // Repositories around the workspace: git recurses from them into the
     // checkouts their indexes name here (an uninitialised submodule of the
     // enclosing repository, say).
+    let (checkouts, unreadable) = enclosing_gitlinks(root);
     let mut queue = Vec::new();
-    for around in root.ancestors().skip(1) {
-        let g = around.join(".git");
-        let gitdir = match std::fs::symlink_metadata(&g) {
-            Ok(m) if m.is_file() => named_git_dir(around, &g),
-            Ok(_) => Some(g),
-            Err(_) => None,
-        };
-        let Some(gitdir) = gitdir else { continue };
-        if !gitdir.join("index").exists() {
-            continue;
-        }
-        let Some(links) = gitindex::gitlinks(&gitdir) else {
-            // One this reader cannot vouch for (a split index): the
-            // checkouts it names here are unknown, as for the workspace's own.
-            layout.index_unreadable = true;
-            layout.unreadable_indexes.push(gitdir);
-            continue;
-        };
-        for l in links {
-            let full = around.join(l);
-            if let Ok(rel) = full.strip_prefix(root) {
-                if !rel.as_os_str().is_empty() {
-                    checkout_of_gitlink(root, &mut layout, rel.to_path_buf(), &mut queue);
-                }
-            }
-        }
+    for rel in checkouts {
+        checkout_of_gitlink(root, &mut layout, rel, &mut queue);
+    }
+    if !unreadable.is_empty() {
+        // One this reader cannot vouch for (a split index): the checkouts
+        // it names here are unknown, as for the workspace's own.
+        layout.index_unreadable = true;
+        layout.unreadable_indexes.extend(unreadable);
     }
     gitlinks_from(root, &mut layout, queue);
     for list in [&mut layout.dirs, &mut layout.pins, &mut layout.pointers] {
@@ -746,6 +729,40 @@ pub fn git_layout_with(root: &Path, found: &[PathBuf]) -> GitLayout {
         });
     }
     layout
+}
+
+/// (checkouts, git directories whose index could not be read): see [`enclosing_gitlinks`].
+type EnclosingGitlinks = (Vec<PathBuf>, Vec<PathBuf>);
+
+/// The checkouts in `root` (relative) that the indexes of the repositories
+/// around it name, and the git directories of those whose index this reader
+/// cannot vouch for. Read once a process: those repositories are outside
+/// the workspace, where no run writes, and a monorepo's index is large.
+fn enclosing_gitlinks(root: &Path) -> EnclosingGitlinks {
+    static READ: std::sync::Mutex<Option<(PathBuf, EnclosingGitlinks)>> = std::sync::Mutex::new(None);
+    once_per_workspace(&READ, root, || {
+        let (mut checkouts, mut unreadable) = (Vec::new(), Vec::new());
+        for around in root.ancestors().skip(1) {
+            let g = around.join(".git");
+            let gitdir = match std::fs::symlink_metadata(&g) {
+                Ok(m) if m.is_file() => named_git_dir(around, &g),
+                Ok(_) => Some(g),
+                Err(_) => None,
+            };
+            let Some(gitdir) = gitdir.filter(|d| d.join("index").exists()) else {
+                continue;
+            };
+            match gitindex::gitlinks(&gitdir) {
+                Some(links) => checkouts.extend(links.into_iter().filter_map(|l| {
+                    let full = around.join(l);
+                    let rel = full.strip_prefix(root).ok()?;
+                    (!rel.as_os_str().is_empty()).then(|| rel.to_path_buf())
+                })),
+                None => unreadable.push(gitdir),
+            }
+        }
+        (checkouts, unreadable)
+    })
 }
 
 /// Whether `dir` (absolute) is a git directory as git recognises one: a
