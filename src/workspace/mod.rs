@@ -634,13 +634,7 @@ pub fn git_layout_with(root: &Path, found: &[PathBuf]) -> GitLayout {
     // Every work tree pinned first, whatever else names its git directory:
     // renamed away, it would carry its protection along.
     for tree in &trees {
-        let mut ancestor = PathBuf::new();
-        for c in tree.components() {
-            ancestor.push(c);
-            if !layout.pins.contains(&ancestor) {
-                layout.pins.push(ancestor.clone());
-            }
-        }
+        pin_down_to(&mut layout, tree);
     }
     // Then the git directories that are directories, each with its own work
     // tree; then `.git` files and symlinks, which may name one of those (a
@@ -742,16 +736,10 @@ fn enclosing_gitlinks(root: &Path) -> EnclosingGitlinks {
     static READ: std::sync::Mutex<Option<(PathBuf, EnclosingGitlinks)>> = std::sync::Mutex::new(None);
     once_per_workspace(&READ, root, || {
         let (mut checkouts, mut unreadable) = (Vec::new(), Vec::new());
-        for around in root.ancestors().skip(1) {
-            let g = around.join(".git");
-            let gitdir = match std::fs::symlink_metadata(&g) {
-                Ok(m) if m.is_file() => named_git_dir(around, &g),
-                Ok(_) => Some(g),
-                Err(_) => None,
-            };
-            let Some(gitdir) = gitdir.filter(|d| d.join("index").exists()) else {
+        for (around, gitdir) in enclosing_git_dirs(root) {
+            if !gitdir.join("index").exists() {
                 continue;
-            };
+            }
             match gitindex::gitlinks(&gitdir) {
                 Some(links) => checkouts.extend(links.into_iter().filter_map(|l| {
                     let full = around.join(l);
@@ -763,6 +751,35 @@ fn enclosing_gitlinks(root: &Path) -> EnclosingGitlinks {
         }
         (checkouts, unreadable)
     })
+}
+
+/// Pins every directory from the top of the workspace down to `rel`
+/// (renamed, one would carry the protection beneath it away).
+fn pin_down_to(layout: &mut GitLayout, rel: &Path) {
+    let mut ancestor = PathBuf::new();
+    for c in rel.components() {
+        ancestor.push(c);
+        if !layout.pins.contains(&ancestor) {
+            layout.pins.push(ancestor.clone());
+        }
+    }
+}
+
+/// The repositories around the workspace `root`: (the folder holding the
+/// `.git`, the git directory it is or names), innermost first.
+fn enclosing_git_dirs(root: &Path) -> Vec<(PathBuf, PathBuf)> {
+    root.ancestors()
+        .skip(1)
+        .filter_map(|around| {
+            let g = around.join(".git");
+            let gitdir = match std::fs::symlink_metadata(&g) {
+                Ok(m) if m.is_file() => named_git_dir(around, &g)?,
+                Ok(_) => g,
+                Err(_) => return None,
+            };
+            Some((around.to_path_buf(), gitdir))
+        })
+        .collect()
 }
 
 /// Whether `dir` (absolute) is a git directory as git recognises one: a
@@ -885,14 +902,7 @@ fn read_git_includes(root: &Path, layout: &GitLayout) -> GitIncludesRead {
     if std::fs::symlink_metadata(root.join(dotgit)).is_ok_and(|m| m.is_file()) {
         dirs.extend(outside_git_dir(root, dotgit));
     }
-    for around in root.ancestors().skip(1) {
-        let g = around.join(".git");
-        match std::fs::symlink_metadata(&g) {
-            Ok(m) if m.is_file() => dirs.extend(named_git_dir(around, &g)),
-            Ok(_) => dirs.push(g),
-            Err(_) => {}
-        }
-    }
+    dirs.extend(enclosing_git_dirs(root).into_iter().map(|(_, g)| g));
     let mut homes: Vec<PathBuf> = std::env::var_os("HOME")
         .map(PathBuf::from)
         .filter(|h| h.is_absolute())
@@ -1044,13 +1054,7 @@ fn checkout_of_gitlink(root: &Path, layout: &mut GitLayout, l: PathBuf, queue: &
     // Every directory down to the checkout is pinned: renamed, one
     // would carry the read-only mounts beneath it away and leave
     // room for a checkout with a `.git` of the run's making.
-    let mut ancestor = PathBuf::new();
-    for c in l.components() {
-        ancestor.push(c);
-        if !layout.pins.contains(&ancestor) {
-            layout.pins.push(ancestor.clone());
-        }
-    }
+    pin_down_to(layout, &l);
     match std::fs::symlink_metadata(root.join(&dotgit)) {
         Ok(m) if m.is_dir() => {
             queue.push((l.clone(), dotgit.clone()));
@@ -1067,13 +1071,7 @@ fn checkout_of_gitlink(root: &Path, layout: &mut GitLayout, l: PathBuf, queue: &
                 // git directory of its own to protect.
                 let git_dir = !target.as_os_str().is_empty() && looks_like_git_dir(&root.join(&target));
                 if git_dir && !layout.dirs.iter().any(|d| target.starts_with(d)) {
-                    let mut ancestor = PathBuf::new();
-                    for c in target.components() {
-                        ancestor.push(c);
-                        if !layout.pins.contains(&ancestor) {
-                            layout.pins.push(ancestor.clone());
-                        }
-                    }
+                    pin_down_to(layout, &target);
                     layout.dirs.push(target.clone());
                 }
                 queue.push((l.clone(), target));
