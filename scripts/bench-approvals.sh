@@ -11,13 +11,15 @@
 #   1,000 a directory: what the approval binds to is read at hold and resume)
 #   POLICY_EXTRA='fingerprint_ignore = ["d0", "d1"]'   (lines added to the
 #   holding policy)
+#   RULE='{ prefix = "touch", preview = false }'   (the holding rule: this one
+#   holds without a preview, and resume runs the command)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin_release=${TETHER_EXEC_RELEASE_BIN:-$(scripts/build-release.sh)}
 root=$(mktemp -d /tmp/tether-bench.XXXXXX); trap 'rm -rf "$root"' EXIT
 mkdir "$root/ws"
 python3 scripts/fill_workspace.py "$root/ws" "${FILES:-0}"
-printf 'require_approval_for = ["touch"]\ndefault = "allow"\n%s\n' "${POLICY_EXTRA:-}" > "$root/p.toml"
+printf 'require_approval_for = [%s]\ndefault = "allow"\n%s\n' "${RULE:-\"touch\"}" "${POLICY_EXTRA:-}" > "$root/p.toml"
 TETHER_EXEC_SCRIPTS="$PWD/scripts" python3 - "$bin_release" "$root" "${N:-40}" <<'PY'
 import json, os, statistics, sys
 sys.path.insert(0, os.environ["TETHER_EXEC_SCRIPTS"])

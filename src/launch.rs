@@ -1080,12 +1080,23 @@ pub fn refusal_code(e: &ApprovalError) -> i32 {
 
 /// `tether-exec resume ID`.
 pub fn resume(id: &str, state: &Path) -> Finished {
+    match ApprovalStore::open(state) {
+        Ok(store) => resume_opened(id, state, store),
+        Err(e) => {
+            let mut receipt = Receipt::new(String::new());
+            receipt.pending_id = Some(id.to_string());
+            Finished::new(exit::INTERNAL, receipt, format!("tether-exec: {e}"))
+        }
+    }
+}
+
+/// `resume` with the approval store already open: the one `approve --resume`
+/// and `reject --resume` decided with, so that the operator's decision and
+/// the run it releases are one process, not two. Everything the approval
+/// binds is checked here all the same, as for any resume.
+pub fn resume_opened(id: &str, state: &Path, store: ApprovalStore) -> Finished {
     let mut receipt = Receipt::new(String::new());
     receipt.pending_id = Some(id.to_string());
-    let store = match ApprovalStore::open(state) {
-        Ok(s) => s,
-        Err(e) => return Finished::new(exit::INTERNAL, receipt, format!("tether-exec: {e}")),
-    };
     let mut log = match open_audit(state) {
         Ok(l) => l,
         Err(e) => return Finished::new(exit::INTERNAL, receipt, e),
@@ -1241,13 +1252,17 @@ pub fn resume(id: &str, state: &Path) -> Finished {
             receipt.decision = Some(Verdict::Deny);
             Finished::new(exit::REFUSED, receipt, format!("[ACTION REJECTED BY POLICY]: {reason}"))
         }
-        Ok(Resume::Pending { have, need }) => Finished::new(
-            exit::HELD,
-            receipt,
-            format!(
-                "[APPROVAL REQUIRED] {id} has {have} of {need} approvals. Approve with `tether-exec approve {id}`."
-            ),
-        ),
+        Ok(Resume::Pending { have, need }) => {
+            // Still held: the receipt says so, as a hold's does.
+            receipt.decision = Some(Verdict::Ask);
+            Finished::new(
+                exit::HELD,
+                receipt,
+                format!(
+                    "[APPROVAL REQUIRED] {id} has {have} of {need} approvals. Approve with `tether-exec approve {id}`."
+                ),
+            )
+        }
         Ok(Resume::AlreadyRan(r)) => {
             let code = r.exit_code.unwrap_or(exit::INTERNAL);
             let mut out = Finished::new(

@@ -378,3 +378,172 @@ fn a_resume_that_runs_nothing_leaves_no_capture_behind() {
         std::fs::remove_file(w.ws.join("held")).unwrap();
     }
 }
+
+/// The public key `approver show` prints.
+fn public_key_of(shown: &std::process::Output) -> String {
+    stdout(shown)
+        .lines()
+        .find_map(|l| l.strip_prefix("public key:").map(|k| k.trim().to_string()))
+        .expect("approver show prints the public key")
+}
+
+/// The audit log's entries of one kind, as `audit show --json` lists them.
+fn audited(w: &World, kind: &str) -> usize {
+    let o = w.tx(&["audit", "show", "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    stdout(&o)
+        .lines()
+        .filter(|l| l.contains(&format!("\"kind\":\"{kind}\"")))
+        .count()
+}
+
+#[test]
+fn approve_with_resume_runs_the_action_once_in_one_call() {
+    let w = World::new();
+    let p = w.policy(POLICY);
+    w.write("build/x", "x");
+    let id = hold(
+        &w,
+        &p,
+        "rm -rf build; echo ran >> runs.log; echo out; echo err >&2; exit 3",
+    );
+    let receipt = w.outside.join("r.json");
+    let o = w.tx(&["approve", &id, "--resume", "--receipt", receipt.to_str().unwrap()]);
+    // The output and the exit code are the command's, nothing of approve's.
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    assert_eq!(stdout(&o), "out\n");
+    assert_eq!(String::from_utf8_lossy(&o.stderr), "err\n");
+    assert!(!exists(&w.ws.join("build")), "the approved command landed");
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&receipt).unwrap()).unwrap();
+    assert_eq!(r["pending_id"], id.as_str());
+    assert_eq!(r["exit_code"], 3);
+    assert_eq!(r["decision"], "allow");
+    // A retry (a harness that lost the answer) is the same call: the recorded
+    // result, no second run, no second approval on record.
+    let o = w.tx(&["approve", &id, "--resume"]);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    assert!(text(&o).contains("already ran"), "{}", text(&o));
+    assert_eq!(
+        std::fs::read_to_string(w.ws.join("runs.log")).unwrap(),
+        "ran\n",
+        "ran exactly once"
+    );
+    assert_eq!(audited(&w, "approved"), 1);
+    assert_eq!(audited(&w, "run_start"), 1);
+}
+
+#[test]
+fn approve_with_resume_of_an_action_held_without_preview_runs_it_confined() {
+    let w = World::new();
+    let p = w.policy("require_approval_for = [{ prefix = \"tee\", preview = false }]\ndefault = \"allow\"\n");
+    let secret = w.outside.join("secret.txt");
+    std::fs::write(&secret, "host secret").unwrap();
+    let script = format!("cat {} > seen.txt; echo done | tee out.txt", secret.display());
+    let id = hold(&w, &p, &script);
+    assert!(
+        !exists(&w.ws.join("out.txt")),
+        "held without a preview: nothing ran yet"
+    );
+    let o = w.tx(&["approve", &id, "--resume"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(stdout(&o), "done\n");
+    assert_eq!(std::fs::read_to_string(w.ws.join("out.txt")).unwrap(), "done\n");
+    // The run the approval released is as confined as any: the host's file
+    // outside the workspace was not there to read.
+    assert_eq!(std::fs::read_to_string(w.ws.join("seen.txt")).unwrap(), "");
+    // Control: the same script unconfined reads it.
+    let c = w.control(&script);
+    assert!(c.status.success(), "{}", text(&c));
+    assert_eq!(std::fs::read_to_string(w.ws.join("seen.txt")).unwrap(), "host secret");
+}
+
+#[test]
+fn approve_with_resume_waits_for_every_approver_the_rule_needs() {
+    let w = World::new();
+    let p = w.policy("require_approval_for = [{ prefix = \"rm\", approvals = 2 }]\ndefault = \"allow\"\n");
+    w.write("build/x", "x");
+    let id = hold(&w, &p, "rm -rf build");
+    let o = w.tx(&["approve", &id, "--resume"]);
+    assert_eq!(o.status.code(), Some(75), "{}", text(&o));
+    assert!(text(&o).contains("1 of 2 approvals"), "{}", text(&o));
+    assert!(exists(&w.ws.join("build/x")), "one approval of two runs nothing");
+    // The second approver, trusted by the first, releases it.
+    let second_key = w.outside.join("second.key");
+    let shown = Command::new(bin())
+        .args(["--state-dir", w.state.to_str().unwrap(), "approver", "show"])
+        .env("TETHER_EXEC_APPROVER_KEY", &second_key)
+        .output()
+        .unwrap();
+    let public = public_key_of(&shown);
+    assert!(w.tx(&["approver", "trust", &public]).status.success());
+    let o = Command::new(bin())
+        .args(["--state-dir", w.state.to_str().unwrap(), "approve", &id, "--resume"])
+        .current_dir(&w.ws)
+        .env("TETHER_EXEC_APPROVER_KEY", &second_key)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(!exists(&w.ws.join("build")));
+}
+
+#[test]
+fn approve_with_resume_still_checks_what_the_approval_binds() {
+    let w = World::new();
+    let p = w.policy(POLICY);
+    w.write("build/x", "x");
+    let id = hold(&w, &p, "rm -rf build");
+    w.write("new-file.txt", "changed after the hold");
+    let o = w.tx(&["approve", &id, "--resume"]);
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    assert!(
+        text(&o).contains("workspace"),
+        "the refusal names what changed: {}",
+        text(&o)
+    );
+    assert!(exists(&w.ws.join("build/x")), "nothing ran");
+}
+
+#[test]
+fn approve_with_resume_by_an_untrusted_key_runs_nothing() {
+    let w = World::new();
+    let p = w.policy(POLICY);
+    w.write("build/x", "x");
+    let id = hold(&w, &p, "rm -rf build");
+    // The world's key is trusted; another key is not.
+    let public = public_key_of(&w.tx(&["approver", "show"]));
+    assert!(w.tx(&["approver", "trust", &public]).status.success());
+    let o = Command::new(bin())
+        .args(["--state-dir", w.state.to_str().unwrap(), "approve", &id, "--resume"])
+        .current_dir(&w.ws)
+        .env("TETHER_EXEC_APPROVER_KEY", w.outside.join("stranger.key"))
+        .output()
+        .unwrap();
+    assert_ne!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("not trusted"), "{}", text(&o));
+    assert!(exists(&w.ws.join("build/x")), "nothing ran");
+    // Control: the trusted key's call runs it.
+    assert_eq!(w.tx(&["approve", &id, "--resume"]).status.code(), Some(0));
+    assert!(!exists(&w.ws.join("build")));
+}
+
+#[test]
+fn reject_with_resume_hands_the_agent_its_observation() {
+    let w = World::new();
+    let p = w.policy(POLICY);
+    w.write("build/x", "x");
+    let id = hold(&w, &p, "rm -rf build");
+    for _ in 0..2 {
+        // The second call is a retry: the same observation.
+        let o = w.tx(&["reject", &id, "--reason", "use make clean", "--resume"]);
+        assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+        assert_eq!(stdout(&o), "");
+        assert_eq!(
+            String::from_utf8_lossy(&o.stderr).trim(),
+            "[ACTION REJECTED BY POLICY]: use make clean"
+        );
+    }
+    assert!(exists(&w.ws.join("build/x")));
+    assert_eq!(audited(&w, "rejected"), 1);
+    // Without --resume a second rejection is an error, as before.
+    assert_eq!(w.tx(&["reject", &id, "--reason", "again"]).status.code(), Some(77));
+}

@@ -334,3 +334,24 @@ fn a_hold_whose_preview_cannot_start_is_still_on_record() {
         "{log}"
     );
 }
+
+#[test]
+fn a_reader_that_stops_early_ends_audit_show_quietly() {
+    let w = World::new();
+    populate(&w, 2);
+    let mut c = w.command(&["audit", "show", "--json"]);
+    let mut child = c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    // As `| head -0` would: the reading end is gone before anything is written.
+    drop(child.stdout.take());
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(err, "", "nothing to say about a reader that had enough");
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        o.status.signal(),
+        Some(13),
+        "ends by SIGPIPE, as cat would: {:?}",
+        o.status
+    );
+}

@@ -127,6 +127,28 @@ class ApprovalFlow(Base):
         self.assertEqual(done.observation, "removed\n")
         self.assertFalse((self.ws / "build").exists())
 
+    def test_a_repeated_approve_returns_the_recorded_result(self) -> None:
+        (self.ws / "build").mkdir()
+        tx = self.tx(self.gated())
+        held = tx.run("rm -rf build && echo removed >> runs.log && echo removed")
+        first = tx.operator_message(held.pending_id, "/approve")
+        again = tx.operator_message(held.pending_id, "/approve")
+        self.assertEqual((first.exit_code, again.exit_code), (0, 0), again.observation)
+        self.assertEqual(first.observation, "removed\n")
+        self.assertIn("already ran", again.stderr)
+        self.assertEqual((self.ws / "runs.log").read_text(), "removed\n")
+
+    def test_an_action_needing_two_approvers_stays_held_after_one(self) -> None:
+        (self.ws / "build").mkdir()
+        policy = self.gated()
+        policy["require_approval_for"] = [{"prefix": "rm", "approvals": 2}]
+        tx = self.tx(policy)
+        held = tx.run("rm -rf build")
+        done = tx.operator_message(held.pending_id, "/approve")
+        self.assertEqual((done.decision, done.exit_code), ("ask", 75), done.observation)
+        self.assertIn("1 of 2 approvals", done.observation)
+        self.assertTrue((self.ws / "build").exists())
+
     def test_reject_becomes_the_observation(self) -> None:
         (self.ws / "build").mkdir()
         tx = self.tx(self.gated())

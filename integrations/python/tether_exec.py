@@ -10,9 +10,9 @@ timeouts as exit 124 with tether's message).
 
 Held actions: ``run`` returns decision ``"ask"`` with ``pending_id``; the
 operator's ``/approve`` and ``/reject <reason>`` map onto
-``operator_message(pending_id, text)``, which approves and resumes (the
-observation is the command's output) or rejects and resumes (the observation
-is ``[ACTION REJECTED BY POLICY]: <reason>``).
+``operator_message(pending_id, text)``, which approves and resumes in one
+call (the observation is the command's output) or rejects and resumes (the
+observation is ``[ACTION REJECTED BY POLICY]: <reason>``).
 
 The policy may be tether's ``SandboxPolicy.to_dict()`` unchanged, any dict of
 tether-exec's policy keys, or a path to a policy file. A dict is stored
@@ -224,20 +224,19 @@ class TetherExec:
         )
 
     def operator_message(self, pending_id: str, message: str) -> Result | None:
-        """Map tether's ``/approve`` and ``/reject <reason>`` onto approve/reject + resume.
+        """Map tether's ``/approve`` and ``/reject <reason>`` onto one call each:
+        ``approve --resume`` (the observation is the command's output; decision
+        ``"ask"`` while the rule still needs another approver) and ``reject
+        --resume`` (the observation is ``[ACTION REJECTED BY POLICY]: <reason>``).
+        Either may be sent again after a lost answer: the action runs once, and
+        the repeat returns its recorded result.
 
         Returns the observation for the model, or ``None`` for other messages.
         """
         text = message.strip()
         if text == "/approve":
-            done = self.approve(pending_id)
-            if done.returncode != 0:
-                return Result("error", done.returncode, "", done.stderr, done.stderr.strip(), pending_id)
-            return self.resume(pending_id)
+            return self._result(*self._invoke(["approve", pending_id, "--resume"], None))
         if text.startswith("/reject"):
             reason = text[len("/reject") :].strip() or "rejected by the operator"
-            done = self.reject(pending_id, reason)
-            if done.returncode != 0:
-                return Result("error", done.returncode, "", done.stderr, done.stderr.strip(), pending_id)
-            return self.resume(pending_id)
+            return self._result(*self._invoke(["reject", pending_id, "--reason", reason, "--resume"], None))
         return None

@@ -1,7 +1,7 @@
 //! `pending`, `show`, `approve`, `reject`, `approver`: output formats for the approval store.
 
 use super::error_line;
-use crate::approval::{self, ApprovalStore, ApproverKey, HeldAction};
+use crate::approval::{self, ApprovalError, ApprovalStore, ApproverKey, HeldAction};
 use crate::audit::{AuditEntry, AuditLog, EntryKind};
 use crate::exit;
 use crate::launch::{refusal_code, HeldContext};
@@ -265,28 +265,12 @@ fn refuse_while_landing(st: &ApprovalStore, state: &Path, id: &str, verb: &str) 
 }
 
 pub fn approve(state: &Path, id: &str) -> i32 {
-    let (st, key) = match (store(state), key()) {
-        (Ok(s), Ok(k)) => (s, k),
-        (Err(c), _) | (_, Err(c)) => return c,
+    let (_, key, approved) = match approve_recorded(state, id) {
+        Ok(x) => x,
+        Err(code) => return code,
     };
-    if let Err(c) = refuse_while_landing(&st, state, id, "approved") {
-        return c;
-    }
-    let mut log = match opened_log(state, "approved") {
-        Ok(l) => l,
-        Err(c) => return c,
-    };
-    if let Err(c) = trust_on_first_use(&st, &key) {
-        return c;
-    }
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
-    match st.approve(id, &key, now) {
+    match approved {
         Ok(a) => {
-            if let Err(c) = audit(&mut log, EntryKind::Approved, (id, "approved"), &key.key_id(), None) {
-                return c;
-            }
             let have = valid_approvals(&a);
             println!(
                 "approved {id} as {} ({have} of {} approvals)",
@@ -305,47 +289,111 @@ pub fn approve(state: &Path, id: &str) -> i32 {
     }
 }
 
-pub fn reject(state: &Path, id: &str, reason: &str) -> i32 {
+/// `approve ID --resume`: the approval recorded exactly as `approve` records
+/// it, printing nothing (what follows on stdout is the command's), and the
+/// store handed on to the resume. A retry is the same call: an action this
+/// key has already approved, or one past approving (it ran, is running, or
+/// was rejected), goes straight to the resume, which runs it once or says
+/// what became of it, with its recorded result.
+pub fn approve_for_resume(state: &Path, id: &str) -> Result<ApprovalStore, i32> {
+    let (st, _, approved) = approve_recorded(state, id)?;
+    match approved {
+        Ok(_) | Err(ApprovalError::AlreadyApprovedBy { .. } | ApprovalError::WrongState { .. }) => Ok(st),
+        Err(e) => {
+            error_line(&e.to_string());
+            Err(refusal_code(&e))
+        }
+    }
+}
+
+/// Sign and store an approval of `id`, audited. The outer error is a setup
+/// failure, already reported; the inner result is the store's answer.
+fn approve_recorded(
+    state: &Path,
+    id: &str,
+) -> Result<(ApprovalStore, ApproverKey, Result<HeldAction, ApprovalError>), i32> {
     let (st, key) = match (store(state), key()) {
         (Ok(s), Ok(k)) => (s, k),
-        (Err(c), _) | (_, Err(c)) => return c,
+        (Err(c), _) | (_, Err(c)) => return Err(c),
     };
-    if let Err(c) = refuse_while_landing(&st, state, id, "rejected") {
-        return c;
+    refuse_while_landing(&st, state, id, "approved")?;
+    let mut log = opened_log(state, "approved")?;
+    trust_on_first_use(&st, &key)?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let approved = st.approve(id, &key, now);
+    if approved.is_ok() {
+        audit(&mut log, EntryKind::Approved, (id, "approved"), &key.key_id(), None)?;
     }
-    let mut log = match opened_log(state, "rejected") {
-        Ok(l) => l,
-        Err(c) => return c,
-    };
-    if let Err(c) = trust_on_first_use(&st, &key) {
-        return c;
-    }
-    match st.reject(id, reason, &key) {
-        Ok(a) => {
-            // A rejected action's preview is thrown away: nothing of it lands.
-            if let Some(p) = serde_json::from_str::<HeldContext>(&a.policy_json)
-                .ok()
-                .and_then(|c| c.preview)
-            {
-                crate::workspace::overlay::discard_preview(&p.dir);
-            }
-            if let Err(c) = audit(
-                &mut log,
-                EntryKind::Rejected,
-                (id, "rejected"),
-                &key.key_id(),
-                Some(reason.to_string()),
-            ) {
-                return c;
-            }
+    Ok((st, key, approved))
+}
+
+pub fn reject(state: &Path, id: &str, reason: &str) -> i32 {
+    match reject_recorded(state, id, reason) {
+        Ok((_, Ok(()))) => {
             println!("rejected {id}: {reason}");
             0
         }
-        Err(e) => {
+        Ok((_, Err(e))) => {
             error_line(&e.to_string());
             refusal_code(&e)
         }
+        Err(code) => code,
     }
+}
+
+/// `reject ID --reason TEXT --resume`: the rejection recorded exactly as
+/// `reject` records it, printing nothing, and the store handed on to the
+/// resume, which reports the rejection as the agent's observation. A retry
+/// is the same call: an action already rejected goes straight to the resume.
+pub fn reject_for_resume(state: &Path, id: &str, reason: &str) -> Result<ApprovalStore, i32> {
+    match reject_recorded(state, id, reason)? {
+        (st, Ok(()))
+        | (
+            st,
+            Err(ApprovalError::WrongState {
+                state: approval::ActionState::Rejected,
+                ..
+            }),
+        ) => Ok(st),
+        (_, Err(e)) => {
+            error_line(&e.to_string());
+            Err(refusal_code(&e))
+        }
+    }
+}
+
+/// Sign and store a rejection of `id`, audited, its preview thrown away. The
+/// outer error is a setup failure, already reported; the inner result is the
+/// store's answer.
+fn reject_recorded(state: &Path, id: &str, reason: &str) -> Result<(ApprovalStore, Result<(), ApprovalError>), i32> {
+    let (st, key) = match (store(state), key()) {
+        (Ok(s), Ok(k)) => (s, k),
+        (Err(c), _) | (_, Err(c)) => return Err(c),
+    };
+    refuse_while_landing(&st, state, id, "rejected")?;
+    let mut log = opened_log(state, "rejected")?;
+    trust_on_first_use(&st, &key)?;
+    let rejected = match st.reject(id, reason, &key) {
+        Ok(a) => a,
+        Err(e) => return Ok((st, Err(e))),
+    };
+    // A rejected action's preview is thrown away: nothing of it lands.
+    if let Some(p) = serde_json::from_str::<HeldContext>(&rejected.policy_json)
+        .ok()
+        .and_then(|c| c.preview)
+    {
+        crate::workspace::overlay::discard_preview(&p.dir);
+    }
+    audit(
+        &mut log,
+        EntryKind::Rejected,
+        (id, "rejected"),
+        &key.key_id(),
+        Some(reason.to_string()),
+    )?;
+    Ok((st, Ok(())))
 }
 
 pub fn approver_show(_state: &Path) -> i32 {

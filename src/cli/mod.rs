@@ -122,8 +122,9 @@ fn global_args(state_dir: Option<PathBuf>, env_state_dir: Option<&std::ffi::OsSt
     })
 }
 
-/// `approve ID`, `reject ID --reason TEXT` and `resume ID [--receipt FILE]`,
-/// each with `--state-dir DIR` anywhere, read without building the whole
+/// `approve ID`, `reject ID --reason TEXT` (each optionally with `--resume
+/// [--receipt FILE]`) and `resume ID [--receipt FILE]`, each with
+/// `--state-dir DIR` anywhere, read without building the whole
 /// command tree (about 0.3 ms of each of the three processes a held action
 /// costs). Same rules as [`parse_run_fast`]: long options as `--name VALUE`
 /// or `--name=VALUE`, each at most once; one id that does not start with
@@ -138,30 +139,48 @@ fn parse_approval_fast(
         return None;
     }
     let (mut id, mut reason, mut receipt, mut state_dir) = (None, None, None, None);
+    let mut then_resume = false;
     while let Some(arg) = it.next() {
         let arg = arg.to_str()?;
         if !arg.starts_with('-') {
             set_once(&mut id, arg.to_string())?;
             continue;
         }
+        if arg == "--resume" && verb != "resume" {
+            if std::mem::replace(&mut then_resume, true) {
+                return None;
+            }
+            continue;
+        }
         let (name, value, _) = option_and_value(arg, &mut it)?;
         let slot = match (verb, name) {
             (_, "--state-dir") => &mut state_dir,
             ("reject", "--reason") => &mut reason,
-            ("resume", "--receipt") => &mut receipt,
+            (_, "--receipt") => &mut receipt,
             _ => return None,
         };
         set_once(slot, value.to_string())?;
     }
     let id = id?;
+    // A receipt is a resume's: without --resume, clap says so.
+    if receipt.is_some() && verb != "resume" && !then_resume {
+        return None;
+    }
     let global = global_args(state_dir.map(PathBuf::from), env_state_dir)?;
+    let receipt = receipt.map(PathBuf::from);
     let command = match verb {
-        "approve" => Command::Approve { id },
-        "reject" => Command::Reject { id, reason: reason? },
-        _ => Command::Resume {
+        "approve" => Command::Approve {
             id,
-            receipt: receipt.map(PathBuf::from),
+            resume: then_resume,
+            receipt,
         },
+        "reject" => Command::Reject {
+            id,
+            reason: reason?,
+            resume: then_resume,
+            receipt,
+        },
+        _ => Command::Resume { id, receipt },
     };
     Some((global, command))
 }
@@ -250,9 +269,19 @@ pub enum Command {
     },
     /// Approve a held action with your Ed25519 key (created on first use, outside the state directory).
     #[command(
-        after_help = "Example:\n  tether-exec approve apr_0123456789abcdef\nThe key lives at $TETHER_EXEC_APPROVER_KEY, else ~/.config/tether-exec/approver.key (home from the password database).\nThe first approver key used with a state directory is trusted automatically; add more with `tether-exec approver trust`."
+        after_help = "Examples:\n  tether-exec approve apr_0123456789abcdef\n  tether-exec approve apr_0123456789abcdef --resume --receipt /tmp/r.json   (approve, then run it now)\nThe key lives at $TETHER_EXEC_APPROVER_KEY, else ~/.config/tether-exec/approver.key (home from the password database).\nThe first approver key used with a state directory is trusted automatically; add more with `tether-exec approver trust`."
     )]
-    Approve { id: String },
+    Approve {
+        id: String,
+        /// Then resume it in this same process, once it has every approval it
+        /// needs: its output and exit code are then the command's, as from
+        /// `resume` (75 while it still needs another approver).
+        #[arg(long)]
+        resume: bool,
+        /// With --resume: write the JSON receipt of the resume here.
+        #[arg(long, value_name = "FILE", requires = "resume")]
+        receipt: Option<PathBuf>,
+    },
     /// Reject a held action; its resume then reports the reason to the agent.
     #[command(
         after_help = "Example:\n  tether-exec reject apr_0123456789abcdef --reason \"delete build/ with make clean instead\""
@@ -261,6 +290,13 @@ pub enum Command {
         id: String,
         #[arg(long)]
         reason: String,
+        /// Then resume it in this same process: it prints the rejection as the
+        /// agent's observation (`[ACTION REJECTED BY POLICY]: REASON`) and exits 77.
+        #[arg(long)]
+        resume: bool,
+        /// With --resume: write the JSON receipt of the resume here.
+        #[arg(long, value_name = "FILE", requires = "resume")]
+        receipt: Option<PathBuf>,
     },
     /// Run an approved action exactly once (exit: its code; 75 still pending; 77 rejected or no longer valid).
     #[command(after_help = "Example:\n  tether-exec resume apr_0123456789abcdef --receipt /tmp/r.json")]
@@ -347,6 +383,21 @@ pub fn error_line(msg: &str) {
     }
 }
 
+/// For the commands that only print (`pending`, `show`, `audit show`, ...):
+/// `tether-exec audit show | head` ends quietly when `head` has read
+/// enough, as `cat` would, instead of panicking on the closed pipe (Rust
+/// ignores SIGPIPE, so each write would fail instead). Not for `run` or
+/// `resume`: a harness that stops reading must not kill the launcher
+/// in the middle of a run it has to record.
+fn end_quietly_on_a_closed_pipe() {
+    use nix::sys::signal::{signal, SigHandler, Signal};
+    // SAFETY: restores the default disposition of one signal before any
+    // thread starts; no handler of ours is involved.
+    unsafe {
+        let _ = signal(Signal::SIGPIPE, SigHandler::SigDfl);
+    }
+}
+
 /// Entry point: returns the process exit code.
 pub fn main() -> i32 {
     crate::gate::parse::quiet_contained_parser_panics();
@@ -371,18 +422,51 @@ pub fn main() -> i32 {
             Err(e) => return parse_error(e),
         },
     };
+    if matches!(
+        cli.command,
+        Command::Pending { .. }
+            | Command::Show { .. }
+            | Command::Audit(_)
+            | Command::Check { .. }
+            | Command::Doctor { .. }
+            | Command::Policy(_)
+            | Command::Approver(ApproverCommand::Show)
+    ) {
+        end_quietly_on_a_closed_pipe();
+    }
     match cli.command {
         Command::Run(r) => run(&r.spec, r.session, r.receipt.as_deref(), cli.global.state_dir),
         Command::Pending { json } => with_state(cli.global.state_dir, |s| approvals::pending(s, json)),
         Command::Show { id, json } => with_state(cli.global.state_dir, |s| approvals::show(s, &id, json)),
-        Command::Approve { id } => with_state(cli.global.state_dir, |s| approvals::approve(s, &id)),
-        Command::Reject { id, reason } => with_state(cli.global.state_dir, |s| approvals::reject(s, &id, &reason)),
-        Command::Resume { id, receipt } => with_state(cli.global.state_dir, |s| {
-            let terminal = TerminalModes::save();
-            let done = crate::launch::resume(&id, s);
-            terminal.restore();
-            finish(done, receipt.as_deref())
+        Command::Approve { id, resume: false, .. } => with_state(cli.global.state_dir, |s| approvals::approve(s, &id)),
+        Command::Approve {
+            id,
+            resume: true,
+            receipt,
+        } => with_state(cli.global.state_dir, |s| match approvals::approve_for_resume(s, &id) {
+            Ok(store) => resume(&id, s, Some(store), receipt.as_deref()),
+            Err(code) => code,
         }),
+        Command::Reject {
+            id,
+            reason,
+            resume: false,
+            ..
+        } => with_state(cli.global.state_dir, |s| approvals::reject(s, &id, &reason)),
+        Command::Reject {
+            id,
+            reason,
+            resume: true,
+            receipt,
+        } => with_state(cli.global.state_dir, |s| {
+            match approvals::reject_for_resume(s, &id, &reason) {
+                Ok(store) => resume(&id, s, Some(store), receipt.as_deref()),
+                Err(code) => code,
+            }
+        }),
+        Command::Resume { id, receipt } => {
+            with_state(cli.global.state_dir, |s| resume(&id, s, None, receipt.as_deref()))
+        }
         Command::Approver(ApproverCommand::Show) => with_state(cli.global.state_dir, approvals::approver_show),
         Command::Approver(ApproverCommand::Trust { public_key }) => {
             with_state(cli.global.state_dir, |s| approvals::approver_trust(s, &public_key))
@@ -677,6 +761,18 @@ fn with_state(explicit: Option<PathBuf>, f: impl FnOnce(&Path) -> i32) -> i32 {
     }
 }
 
+/// `resume ID`, with the approval store `approve --resume` or `reject
+/// --resume` already opened when there is one.
+fn resume(id: &str, state: &Path, opened: Option<crate::approval::ApprovalStore>, receipt: Option<&Path>) -> i32 {
+    let terminal = TerminalModes::save();
+    let done = match opened {
+        Some(store) => crate::launch::resume_opened(id, state, store),
+        None => crate::launch::resume(id, state),
+    };
+    terminal.restore();
+    finish(done, receipt)
+}
+
 /// Print tether-exec's lines, write the receipt, return the exit code.
 fn finish(mut done: crate::launch::Finished, receipt_path: Option<&Path>) -> i32 {
     if let Some((out, err)) = &done.replay {
@@ -867,7 +963,7 @@ mod tests {
                 &["--receipt", "/tmp/r.json"], &["--receipt=r.json"], &["--state-dir", "/st"],
                 &["--state-dir=/st2"], &["--json"], &["--bogus"], &[""], &["-"], &["--"], &["--help"], &["-h"],
                 &["--version"], &["--reason"], &["--receipt="], &["--reason=-x"], &["--=x"], &["-x=1"],
-                &["--reason", "-x"], &["a=b"],
+                &["--reason", "-x"], &["a=b"], &["--resume"], &["--resume=yes"], &["--resume", "--receipt", "r.json"],
             ]), 0..5),
         ) {
             let mut args = os(&[verb]);
@@ -885,6 +981,22 @@ mod tests {
     fn the_usual_approval_command_lines_take_the_fast_reading() {
         for args in [
             &["approve", "apr_0123456789abcdef"][..],
+            &["approve", "apr_0123456789abcdef", "--resume"],
+            &[
+                "approve",
+                "apr_0123456789abcdef",
+                "--resume",
+                "--receipt",
+                "/tmp/r.json",
+            ],
+            &[
+                "reject",
+                "apr_0123456789abcdef",
+                "--reason",
+                "no",
+                "--resume",
+                "--receipt=/tmp/r.json",
+            ],
             &["resume", "apr_0123456789abcdef", "--receipt", "/tmp/r.json"],
             &[
                 "reject",
@@ -910,6 +1022,9 @@ mod tests {
         let (g, _) = parse_approval_fast(&os(&["approve", "apr_1"]), Some(std::ffi::OsStr::new("/env"))).unwrap();
         assert_eq!(g.state_dir, Some(PathBuf::from("/env")));
         assert!(parse_approval_fast(&os(&["approve", "apr_1"]), Some(std::ffi::OsStr::new(""))).is_none());
+        // A receipt belongs to a resume: without --resume, clap refuses it.
+        assert!(parse_approval_fast(&os(&["approve", "apr_1", "--receipt", "r.json"]), None).is_none());
+        assert!(full_clap_reading(&os(&["approve", "apr_1", "--receipt", "r.json"])).is_none());
     }
 
     #[test]
