@@ -438,7 +438,10 @@ fn approve_with_resume_of_an_action_held_without_preview_runs_it_confined() {
     let p = w.policy("require_approval_for = [{ prefix = \"tee\", preview = false }]\ndefault = \"allow\"\n");
     let secret = w.outside.join("secret.txt");
     std::fs::write(&secret, "host secret").unwrap();
-    let script = format!("cat {} > seen.txt; echo done | tee out.txt", secret.display());
+    let script = format!(
+        "cat {} > seen.txt; ls /proc/self/fd > fds.txt; echo done | tee out.txt",
+        secret.display()
+    );
     let id = hold(&w, &p, &script);
     assert!(
         !exists(&w.ws.join("out.txt")),
@@ -451,6 +454,9 @@ fn approve_with_resume_of_an_action_held_without_preview_runs_it_confined() {
     // The run the approval released is as confined as any: the host's file
     // outside the workspace was not there to read.
     assert_eq!(std::fs::read_to_string(w.ws.join("seen.txt")).unwrap(), "");
+    // Nor did the approving process's open files (the store, its WAL) reach
+    // the command: 0, 1, 2 and the one `ls` opened to list them.
+    assert_eq!(std::fs::read_to_string(w.ws.join("fds.txt")).unwrap(), "0\n1\n2\n3\n");
     // Control: the same script unconfined reads it.
     let c = w.control(&script);
     assert!(c.status.success(), "{}", text(&c));
@@ -546,4 +552,33 @@ fn reject_with_resume_hands_the_agent_its_observation() {
     assert_eq!(audited(&w, "rejected"), 1);
     // Without --resume a second rejection is an error, as before.
     assert_eq!(w.tx(&["reject", &id, "--reason", "again"]).status.code(), Some(77));
+}
+
+#[test]
+fn concurrent_approvals_with_resume_run_the_action_once() {
+    let w = World::new();
+    let p = w.policy("require_approval_for = [{ prefix = \"tee\", preview = false }]\ndefault = \"allow\"\n");
+    let id = hold(&w, &p, "tee -a runs.log < /dev/null; echo run >> runs.log");
+    let children: Vec<_> = (0..12)
+        .map(|_| {
+            w.command(&["approve", &id, "--resume"])
+                .env("TETHER_EXEC_APPROVER_KEY", w.outside.join("approver.key"))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let codes: Vec<_> = children
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap().status.code())
+        .collect();
+    let runs = std::fs::read_to_string(w.ws.join("runs.log")).unwrap_or_default();
+    assert_eq!(
+        runs.lines().count(),
+        1,
+        "the action ran {} times ({codes:?})",
+        runs.lines().count()
+    );
+    assert_eq!(audited(&w, "run_start"), 1);
 }
