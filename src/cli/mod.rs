@@ -753,7 +753,12 @@ fn doctor(json: bool, state_dir: Option<PathBuf>) -> i32 {
 /// Resolve and create the state directory, then run `f` with it.
 fn with_state(explicit: Option<PathBuf>, f: impl FnOnce(&Path) -> i32) -> i32 {
     match crate::state::resolve(explicit).and_then(|s| crate::state::ensure(&s)) {
-        Ok(s) => f(&s),
+        Ok(s) => {
+            // A large repository's index is read once while it is unchanged,
+            // not once a run (see `workspace::gitindex::kept`).
+            crate::workspace::gitindex::keep_reads_in(&s);
+            f(&s)
+        }
         Err(e) => {
             error_line(&e.to_string());
             exit::INTERNAL

@@ -27,25 +27,59 @@ type Stamp = (PathBuf, u64, u64, u64, i64, i64, i64, i64);
 /// snapshots, and after it ends; a large repository's index is megabytes.
 static LAST: std::sync::Mutex<Option<(Stamp, Option<Vec<PathBuf>>)>> = std::sync::Mutex::new(None);
 
+mod kept;
+
+/// Where reads of indexes are kept between processes (see [`kept`]): set
+/// once by the launcher when it knows its state directory; unset, every
+/// process reads every index.
+static KEPT_IN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// Keep reads of indexes in the state directory `state` from now on.
+pub fn keep_reads_in(state: &Path) {
+    let _ = KEPT_IN.set(state.join("gitlinks"));
+}
+
 /// The gitlink paths of `<git_dir>/index`, relative to the work tree; empty
 /// when there is no index. `None`: an index this reader cannot vouch for.
 pub fn gitlinks(git_dir: &Path) -> Option<Vec<PathBuf>> {
-    gitlinks_at(&git_dir.join("index"), git_dir)
+    let index = git_dir.join("index");
+    match KEPT_IN.get() {
+        Some(dir) => kept::gitlinks(dir, &index, git_dir),
+        None => gitlinks_at(&index, git_dir),
+    }
 }
 
 /// [`gitlinks`] of the index file `path`, for the repository whose git
 /// directory (its config: which hash it uses) is `git_dir`: a run's new
 /// index, still in its capture, judged before it lands.
 pub fn gitlinks_at(path: &Path, git_dir: &Path) -> Option<Vec<PathBuf>> {
-    use std::os::unix::fs::MetadataExt;
-    let path = path.to_path_buf();
-    let m = match std::fs::symlink_metadata(&path) {
+    let m = match std::fs::symlink_metadata(path) {
         Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Some(Vec::new()),
         Err(_) => return None,
     };
-    let stamp: Stamp = (
-        path.clone(),
+    if let Some(links) = remembered(path, &m) {
+        return links;
+    }
+    let links = if m.is_file() {
+        super::open_planted(path).ok().and_then(|f| {
+            let hash_len = if sha256_repository(git_dir) { 32 } else { 20 };
+            // Streamed through one window: a large repository's index is
+            // megabytes, and memory touched for the first time costs a page
+            // fault per page.
+            parse(f, m.len(), hash_len)
+        })
+    } else {
+        None
+    };
+    remember(path, &m, links.clone());
+    links
+}
+
+fn stamp_of(path: &Path, m: &std::fs::Metadata) -> Stamp {
+    use std::os::unix::fs::MetadataExt;
+    (
+        path.to_path_buf(),
         m.dev(),
         m.ino(),
         m.size(),
@@ -53,26 +87,26 @@ pub fn gitlinks_at(path: &Path, git_dir: &Path) -> Option<Vec<PathBuf>> {
         m.mtime_nsec(),
         m.ctime(),
         m.ctime_nsec(),
-    );
-    let mut last = LAST.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some((s, links)) = last.as_ref() {
-        if *s == stamp {
-            return links.clone();
-        }
+    )
+}
+
+/// What this process last read of the index `path`, if it is still as it was then.
+fn remembered(path: &Path, m: &std::fs::Metadata) -> Option<Option<Vec<PathBuf>>> {
+    let last = LAST.lock().unwrap_or_else(|p| p.into_inner());
+    match last.as_ref() {
+        Some((s, links)) if *s == stamp_of(path, m) => Some(links.clone()),
+        _ => None,
     }
-    let links = if m.is_file() {
-        super::open_planted(&path).ok().and_then(|f| {
-            let hash_len = if sha256_repository(git_dir) { 32 } else { 20 };
-            // Streamed through one window: a large repository's index is
-            // megabytes, and memory touched for the first time costs a page
-            // fault per page.
-            parse(f, m.size(), hash_len)
-        })
-    } else {
-        None
-    };
-    *last = Some((stamp, links.clone()));
-    links
+}
+
+/// As in a new process: nothing read yet.
+#[cfg(test)]
+fn forget() {
+    *LAST.lock().unwrap_or_else(|p| p.into_inner()) = None;
+}
+
+fn remember(path: &Path, m: &std::fs::Metadata, links: Option<Vec<PathBuf>>) {
+    *LAST.lock().unwrap_or_else(|p| p.into_inner()) = Some((stamp_of(path, m), links));
 }
 
 fn sha256_repository(git_dir: &Path) -> bool {

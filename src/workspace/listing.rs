@@ -311,7 +311,7 @@ fn statx_at(dirfd: std::os::fd::RawFd, name: &std::ffi::CStr, flags: libc::c_int
 /// whether that one can encrypt.
 // `f_type`'s type differs between architectures.
 #[allow(clippy::unnecessary_cast)]
-fn local_filesystem(path: &Path) -> Option<bool> {
+pub(super) fn local_filesystem(path: &Path) -> Option<bool> {
     let kind = nix::sys::statfs::statfs(path).ok()?.filesystem_type().0 as i64;
     LOCAL_FILESYSTEMS
         .iter()
