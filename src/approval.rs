@@ -1290,16 +1290,39 @@ impl ApprovalStore {
     /// The key must be trusted. A key that already holds a live (unspent,
     /// unexpired) approval for this action is refused; its expired or spent
     /// approvals are superseded (kept on record) by the new one.
+    /// An interrupted action (its run may have had effects) is approved
+    /// afresh: that is how it runs again.
     pub fn approve(&self, id: &str, key: &ApproverKey, now_unix_ms: u64) -> Result<HeldAction> {
+        self.approve_in(id, key, now_unix_ms, true)
+    }
+
+    /// [`approve`](Self::approve), except that an interrupted action is
+    /// refused ([`ApprovalError::WrongState`]) in the same transaction: for
+    /// `approve --resume`, whose repetition after a lost answer must never
+    /// run an action a second time. Running an interrupted action again
+    /// takes a deliberate `approve`.
+    pub fn approve_unless_interrupted(&self, id: &str, key: &ApproverKey, now_unix_ms: u64) -> Result<HeldAction> {
+        self.approve_in(id, key, now_unix_ms, false)
+    }
+
+    fn approve_in(
+        &self,
+        id: &str,
+        key: &ApproverKey,
+        now_unix_ms: u64,
+        again_after_interruption: bool,
+    ) -> Result<HeldAction> {
         let key_id = key.key_id();
         let tx = self.immediate("approving an action")?;
         require_trusted(&tx, key)?;
         let action = load_action(&tx, id)?;
         let state = action.held.state;
-        if !matches!(
-            state,
-            ActionState::Pending | ActionState::Approved | ActionState::Frozen | ActionState::Interrupted
-        ) {
+        let approvable = match state {
+            ActionState::Pending | ActionState::Approved | ActionState::Frozen => true,
+            ActionState::Interrupted => again_after_interruption,
+            ActionState::Running | ActionState::Done | ActionState::Rejected => false,
+        };
+        if !approvable {
             return Err(ApprovalError::WrongState {
                 id: id.to_string(),
                 state,

@@ -582,3 +582,75 @@ fn concurrent_approvals_with_resume_run_the_action_once() {
     );
     assert_eq!(audited(&w, "run_start"), 1);
 }
+
+/// `approve --resume` killed while the command it released runs: the same
+/// call sent again (a harness that lost the answer) never runs the action a
+/// second time. Running an interrupted action again takes a deliberate
+/// `approve`, and then it runs.
+#[test]
+fn a_retried_approve_with_resume_never_runs_an_interrupted_action_again() {
+    let w = World::new();
+    // The log is outside what the approval binds, so that only the
+    // interruption, not the changed workspace, stands in the way.
+    let p = w.policy(
+        "require_approval_for = [{ prefix = \"tee\", preview = false }]\ndefault = \"allow\"\nfingerprint_ignore = [\"logs\"]\n",
+    );
+    std::fs::create_dir_all(w.ws.join("logs")).unwrap();
+    let id = hold(
+        &w,
+        &p,
+        "tee -a logs/runs.log < /dev/null; echo run >> logs/runs.log; sleep 30",
+    );
+    let mut first = w
+        .command(&["approve", &id, "--resume"])
+        .env("TETHER_EXEC_APPROVER_KEY", w.outside.join("approver.key"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        eventually(|| std::fs::read_to_string(w.ws.join("logs/runs.log")).is_ok_and(|l| l == "run\n")),
+        "the command started"
+    );
+    first.kill().unwrap();
+    first.wait().unwrap();
+    for _ in 0..2 {
+        let o = w.tx(&["approve", &id, "--resume"]);
+        assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+        assert!(text(&o).contains("interrupted"), "{}", text(&o));
+    }
+    assert_eq!(std::fs::read_to_string(w.ws.join("logs/runs.log")).unwrap(), "run\n");
+    assert_eq!(audited(&w, "run_start"), 1);
+    // Control: a deliberate approval runs it again.
+    assert!(w.tx(&["approve", &id]).status.success());
+    let o = w
+        .command(&["resume", &id])
+        .env("TETHER_EXEC_APPROVER_KEY", w.outside.join("approver.key"))
+        .spawn()
+        .unwrap();
+    assert!(
+        eventually(|| std::fs::read_to_string(w.ws.join("logs/runs.log")).is_ok_and(|l| l == "run\nrun\n")),
+        "a deliberate approval runs it again"
+    );
+    let mut o = o;
+    o.kill().unwrap();
+    o.wait().unwrap();
+}
+
+#[test]
+fn a_failed_decision_with_resume_still_writes_its_receipt() {
+    let w = World::new();
+    let receipt = w.outside.join("r.json");
+    std::fs::write(&receipt, "an older receipt").unwrap();
+    let o = w.tx(&[
+        "approve",
+        "apr_0000000000000000",
+        "--resume",
+        "--receipt",
+        receipt.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(125), "{}", text(&o));
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&receipt).unwrap()).unwrap();
+    assert_eq!(r["pending_id"], "apr_0000000000000000");
+    assert!(r["exit_code"].is_null(), "nothing ran: {r}");
+}

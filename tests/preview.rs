@@ -533,6 +533,56 @@ fn an_unfinished_landing_blocks_approve_and_reject_and_a_new_proposal_finishes_i
     );
 }
 
+/// `approve --resume` killed while landing its preview: the same call sent
+/// again (a harness that lost the answer) finishes that landing and returns
+/// its result, as `resume` does; it neither refuses nor approves over it.
+/// `reject --resume` of that action finishes it too, and rejects nothing.
+#[test]
+fn a_retried_approve_with_resume_finishes_the_landing_a_killed_one_began() {
+    let w = World::new();
+    let (id, _) = hold(&w, POLICY);
+    let killed = w
+        .command(&["approve", &id, "--resume"])
+        .env("TETHER_EXEC_APPROVER_KEY", w.outside.join("approver.key"))
+        .env("TETHER_EXEC_TEST_CRASH_AT", "mid-commit")
+        .output()
+        .unwrap();
+    assert_eq!(killed.status.code(), None, "the launcher died: {}", text(&killed));
+    assert!(
+        preview_dir(&w, &id).join("journal.json").exists(),
+        "a landing left midway"
+    );
+    let receipt = w.outside.join("r.json");
+    let o = w.tx(&["approve", &id, "--resume", "--receipt", receipt.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("finished landing"), "{}", text(&o));
+    assert_eq!(
+        std::fs::read_to_string(w.ws.join("notes.txt")).unwrap(),
+        "one\nCHANGED\n"
+    );
+    assert_eq!(std::fs::read_to_string(w.ws.join("runs.log")).unwrap(), "run\n");
+    assert_eq!(action_state(&w, &id), "done");
+    assert!(exists(&receipt), "the retry's receipt is written");
+    // Once done, a rejection is refused and reports nothing as rejected.
+    let o = w.tx(&["reject", &id, "--reason", "too late", "--resume"]);
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    assert!(!text(&o).contains("REJECTED"), "{}", text(&o));
+    assert_eq!(std::fs::read_to_string(w.ws.join("runs.log")).unwrap(), "run\n");
+}
+
+#[test]
+fn a_reject_with_resume_over_a_killed_landing_finishes_it_and_rejects_nothing() {
+    let w = World::new();
+    let (id, _) = hold(&w, POLICY);
+    assert!(w.tx(&["approve", &id]).status.success());
+    resume_killed_at(&w, &id, "mid-commit");
+    let o = w.tx(&["reject", &id, "--reason", "no", "--resume"]);
+    assert!(text(&o).contains("finished landing"), "{}", text(&o));
+    assert!(!text(&o).contains("REJECTED"), "{}", text(&o));
+    assert_eq!(action_state(&w, &id), "done");
+    assert_eq!(std::fs::read_to_string(w.ws.join("runs.log")).unwrap(), "run\n");
+}
+
 /// A landing that fails after its journal (a directory it lands into was
 /// moved away meanwhile) is recorded as failed and never finished later,
 /// unasked, over what the person does next.

@@ -158,6 +158,15 @@ class ApprovalFlow(Base):
         self.assertEqual(done.observation, "[ACTION REJECTED BY POLICY]: use make clean instead")
         self.assertTrue((self.ws / "build").exists())
 
+    def test_a_reason_that_looks_like_an_option_is_still_the_reason(self) -> None:
+        (self.ws / "build").mkdir()
+        tx = self.tx(self.gated())
+        held = tx.run("rm -rf build")
+        done = tx.operator_message(held.pending_id, "/reject --force is not allowed here")
+        self.assertEqual(done.exit_code, 77, done.observation)
+        self.assertEqual(done.observation, "[ACTION REJECTED BY POLICY]: --force is not allowed here")
+        self.assertTrue((self.ws / "build").exists())
+
     def test_held_stdin_is_what_runs(self) -> None:
         tx = self.tx(self.gated())
         held = tx.run("rm -f nothing; cat > got.txt", stdin="payload")

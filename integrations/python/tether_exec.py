@@ -220,7 +220,7 @@ class TetherExec:
 
     def reject(self, pending_id: str, reason: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            self._base() + ["reject", pending_id, "--reason", reason], capture_output=True, text=True, check=False
+            self._base() + ["reject", pending_id, f"--reason={reason}"], capture_output=True, text=True, check=False
         )
 
     def operator_message(self, pending_id: str, message: str) -> Result | None:
@@ -238,5 +238,6 @@ class TetherExec:
             return self._result(*self._invoke(["approve", pending_id, "--resume"], None))
         if text.startswith("/reject"):
             reason = text[len("/reject") :].strip() or "rejected by the operator"
-            return self._result(*self._invoke(["reject", pending_id, "--reason", reason, "--resume"], None))
+            # One argument: a reason that starts with `-` is still the reason.
+            return self._result(*self._invoke(["reject", pending_id, f"--reason={reason}", "--resume"], None))
         return None

@@ -243,29 +243,29 @@ fn trust_on_first_use(st: &ApprovalStore, key: &ApproverKey) -> Result<(), i32> 
 /// finish, is finished by the next start (`resume`): neither approved nor
 /// rejected over it, which would leave its workspace half landed.
 fn refuse_while_landing(st: &ApprovalStore, state: &Path, id: &str, verb: &str) -> Result<(), i32> {
-    if !crate::workspace::overlay::landing_link_present(state, id) {
-        return Ok(());
+    if crate::workspace::overlay::landing_link_present(state, id) && landing_begun(st, id) {
+        error_line(&format!(
+            "{id} cannot be {verb} now: a resume began landing its approved preview and did not finish; `tether-exec resume {id}` finishes it"
+        ));
+        return Err(exit::REFUSED);
     }
+    Ok(())
+}
+
+/// Whether a resume began landing `id`'s preview and has not finished (its
+/// journal is there). Only asked when the landing's link exists.
+fn landing_begun(st: &ApprovalStore, id: &str) -> bool {
     let Ok(a) = st.get(id) else {
-        return Ok(()); // the store's own call says what is wrong
+        return false; // the store's own call says what is wrong
     };
-    let dir = serde_json::from_str::<HeldContext>(&a.policy_json)
+    serde_json::from_str::<HeldContext>(&a.policy_json)
         .ok()
         .and_then(|c| c.preview)
-        .map(|p| p.dir);
-    match dir {
-        Some(d) if crate::workspace::overlay::landing_begun(&d) => {
-            error_line(&format!(
-                "{id} cannot be {verb} now: a resume began landing its approved preview and did not finish; `tether-exec resume {id}` finishes it"
-            ));
-            Err(exit::REFUSED)
-        }
-        _ => Ok(()),
-    }
+        .is_some_and(|p| crate::workspace::overlay::landing_begun(&p.dir))
 }
 
 pub fn approve(state: &Path, id: &str) -> i32 {
-    let (_, key, approved) = match approve_recorded(state, id) {
+    let (_, key, approved) = match approve_recorded(state, id, true) {
         Ok(x) => x,
         Err(code) => return code,
     };
@@ -292,11 +292,17 @@ pub fn approve(state: &Path, id: &str) -> i32 {
 /// `approve ID --resume`: the approval recorded exactly as `approve` records
 /// it, printing nothing (what follows on stdout is the command's), and the
 /// store handed on to the resume. A retry is the same call: an action this
-/// key has already approved, or one past approving (it ran, is running, or
-/// was rejected), goes straight to the resume, which runs it once or says
-/// what became of it, with its recorded result.
+/// key has already approved, or one past approving (it ran, is running, was
+/// rejected, or was interrupted), goes straight to the resume, which runs it
+/// once, finishes the landing a killed call began, or says what became of
+/// it. An interrupted action (its launcher was killed while it ran: it may
+/// have had effects) is not approved again here, so that repeating this call
+/// never runs an action twice; a deliberate `approve` does that.
 pub fn approve_for_resume(state: &Path, id: &str) -> Result<ApprovalStore, i32> {
-    let (st, _, approved) = approve_recorded(state, id)?;
+    if let Some(st) = landing_under_way(state, id)? {
+        return Ok(st);
+    }
+    let (st, _, approved) = approve_recorded(state, id, false)?;
     match approved {
         Ok(_) | Err(ApprovalError::AlreadyApprovedBy { .. } | ApprovalError::WrongState { .. }) => Ok(st),
         Err(e) => {
@@ -306,11 +312,25 @@ pub fn approve_for_resume(state: &Path, id: &str) -> Result<ApprovalStore, i32> 
     }
 }
 
-/// Sign and store an approval of `id`, audited. The outer error is a setup
-/// failure, already reported; the inner result is the store's answer.
+/// With a landing of `id`'s preview begun (a resume was killed while
+/// landing it, or is landing it now), the store for the resume, which
+/// finishes it or says another is at it; nothing is approved or rejected
+/// over it.
+fn landing_under_way(state: &Path, id: &str) -> Result<Option<ApprovalStore>, i32> {
+    if !crate::workspace::overlay::landing_link_present(state, id) {
+        return Ok(None);
+    }
+    let st = store(state)?;
+    Ok(landing_begun(&st, id).then_some(st))
+}
+
+/// Sign and store an approval of `id`, audited (of an interrupted action
+/// only `again_after_interruption`). The outer error is a setup failure,
+/// already reported; the inner result is the store's answer.
 fn approve_recorded(
     state: &Path,
     id: &str,
+    again_after_interruption: bool,
 ) -> Result<(ApprovalStore, ApproverKey, Result<HeldAction, ApprovalError>), i32> {
     let (st, key) = match (store(state), key()) {
         (Ok(s), Ok(k)) => (s, k),
@@ -322,7 +342,11 @@ fn approve_recorded(
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
-    let approved = st.approve(id, &key, now);
+    let approved = if again_after_interruption {
+        st.approve(id, &key, now)
+    } else {
+        st.approve_unless_interrupted(id, &key, now)
+    };
     if approved.is_ok() {
         audit(&mut log, EntryKind::Approved, (id, "approved"), &key.key_id(), None)?;
     }
@@ -348,6 +372,9 @@ pub fn reject(state: &Path, id: &str, reason: &str) -> i32 {
 /// resume, which reports the rejection as the agent's observation. A retry
 /// is the same call: an action already rejected goes straight to the resume.
 pub fn reject_for_resume(state: &Path, id: &str, reason: &str) -> Result<ApprovalStore, i32> {
+    if let Some(st) = landing_under_way(state, id)? {
+        return Ok(st);
+    }
     match reject_recorded(state, id, reason)? {
         (st, Ok(()))
         | (

@@ -445,7 +445,7 @@ pub fn main() -> i32 {
             receipt,
         } => with_state(cli.global.state_dir, |s| match approvals::approve_for_resume(s, &id) {
             Ok(store) => resume(&id, s, Some(store), receipt.as_deref()),
-            Err(code) => code,
+            Err(code) => not_resumed(&id, code, receipt.as_deref()),
         }),
         Command::Reject {
             id,
@@ -461,7 +461,7 @@ pub fn main() -> i32 {
         } => with_state(cli.global.state_dir, |s| {
             match approvals::reject_for_resume(s, &id, &reason) {
                 Ok(store) => resume(&id, s, Some(store), receipt.as_deref()),
-                Err(code) => code,
+                Err(code) => not_resumed(&id, code, receipt.as_deref()),
             }
         }),
         Command::Resume { id, receipt } => {
@@ -776,6 +776,23 @@ fn resume(id: &str, state: &Path, opened: Option<crate::approval::ApprovalStore>
     };
     terminal.restore();
     finish(done, receipt)
+}
+
+/// An `approve --resume` or `reject --resume` whose decision failed (its
+/// message is out) and so resumed nothing: its receipt names the action and
+/// holds no result, as a resume's that ran nothing does, so that a harness
+/// never reads an older receipt in its place.
+fn not_resumed(id: &str, code: i32, receipt_path: Option<&Path>) -> i32 {
+    let Some(p) = receipt_path else { return code };
+    let mut receipt = crate::receipt::Receipt::new(String::new());
+    receipt.pending_id = Some(id.to_string());
+    match receipt.write(p) {
+        Ok(()) => code,
+        Err(e) => {
+            error_line(&format!("cannot write the receipt to {}: {e}", p.display()));
+            exit::INTERNAL
+        }
+    }
 }
 
 /// Print tether-exec's lines, write the receipt, return the exit code.
