@@ -379,6 +379,11 @@ fn a_resume_that_runs_nothing_leaves_no_capture_behind() {
     }
 }
 
+/// `tether-exec ARGS` in the world's workspace with the approver key `key`.
+fn as_approver(w: &World, key: &Path, args: &[&str]) -> std::process::Output {
+    w.command(args).env("TETHER_EXEC_APPROVER_KEY", key).output().unwrap()
+}
+
 /// The public key `approver show` prints.
 fn public_key_of(shown: &std::process::Output) -> String {
     stdout(shown)
@@ -475,19 +480,9 @@ fn approve_with_resume_waits_for_every_approver_the_rule_needs() {
     assert!(exists(&w.ws.join("build/x")), "one approval of two runs nothing");
     // The second approver, trusted by the first, releases it.
     let second_key = w.outside.join("second.key");
-    let shown = Command::new(bin())
-        .args(["--state-dir", w.state.to_str().unwrap(), "approver", "show"])
-        .env("TETHER_EXEC_APPROVER_KEY", &second_key)
-        .output()
-        .unwrap();
-    let public = public_key_of(&shown);
+    let public = public_key_of(&as_approver(&w, &second_key, &["approver", "show"]));
     assert!(w.tx(&["approver", "trust", &public]).status.success());
-    let o = Command::new(bin())
-        .args(["--state-dir", w.state.to_str().unwrap(), "approve", &id, "--resume"])
-        .current_dir(&w.ws)
-        .env("TETHER_EXEC_APPROVER_KEY", &second_key)
-        .output()
-        .unwrap();
+    let o = as_approver(&w, &second_key, &["approve", &id, "--resume"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert!(!exists(&w.ws.join("build")));
 }
@@ -518,12 +513,7 @@ fn approve_with_resume_by_an_untrusted_key_runs_nothing() {
     // The world's key is trusted; another key is not.
     let public = public_key_of(&w.tx(&["approver", "show"]));
     assert!(w.tx(&["approver", "trust", &public]).status.success());
-    let o = Command::new(bin())
-        .args(["--state-dir", w.state.to_str().unwrap(), "approve", &id, "--resume"])
-        .current_dir(&w.ws)
-        .env("TETHER_EXEC_APPROVER_KEY", w.outside.join("stranger.key"))
-        .output()
-        .unwrap();
+    let o = as_approver(&w, &w.outside.join("stranger.key"), &["approve", &id, "--resume"]);
     assert_ne!(o.status.code(), Some(0), "{}", text(&o));
     assert!(text(&o).contains("not trusted"), "{}", text(&o));
     assert!(exists(&w.ws.join("build/x")), "nothing ran");

@@ -312,6 +312,21 @@ pub fn approve_for_resume(state: &Path, id: &str) -> Result<ApprovalStore, i32> 
     }
 }
 
+/// What deciding on `id` (`verb`: "approved" or "rejected") needs, each
+/// failure already reported: the store, the approver's key (trusted on first
+/// use), the audit log ready for the record; refused while a landing of the
+/// action's preview is under way.
+fn ready_to_decide(state: &Path, id: &str, verb: &str) -> Result<(ApprovalStore, ApproverKey, AuditLog), i32> {
+    let (st, key) = match (store(state), key()) {
+        (Ok(s), Ok(k)) => (s, k),
+        (Err(c), _) | (_, Err(c)) => return Err(c),
+    };
+    refuse_while_landing(&st, state, id, verb)?;
+    let log = opened_log(state, verb)?;
+    trust_on_first_use(&st, &key)?;
+    Ok((st, key, log))
+}
+
 /// With a landing of `id`'s preview begun (a resume was killed while
 /// landing it, or is landing it now), the store for the resume, which
 /// finishes it or says another is at it; nothing is approved or rejected
@@ -332,13 +347,7 @@ fn approve_recorded(
     id: &str,
     again_after_interruption: bool,
 ) -> Result<(ApprovalStore, ApproverKey, Result<HeldAction, ApprovalError>), i32> {
-    let (st, key) = match (store(state), key()) {
-        (Ok(s), Ok(k)) => (s, k),
-        (Err(c), _) | (_, Err(c)) => return Err(c),
-    };
-    refuse_while_landing(&st, state, id, "approved")?;
-    let mut log = opened_log(state, "approved")?;
-    trust_on_first_use(&st, &key)?;
+    let (st, key, mut log) = ready_to_decide(state, id, "approved")?;
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
@@ -395,13 +404,7 @@ pub fn reject_for_resume(state: &Path, id: &str, reason: &str) -> Result<Approva
 /// outer error is a setup failure, already reported; the inner result is the
 /// store's answer.
 fn reject_recorded(state: &Path, id: &str, reason: &str) -> Result<(ApprovalStore, Result<(), ApprovalError>), i32> {
-    let (st, key) = match (store(state), key()) {
-        (Ok(s), Ok(k)) => (s, k),
-        (Err(c), _) | (_, Err(c)) => return Err(c),
-    };
-    refuse_while_landing(&st, state, id, "rejected")?;
-    let mut log = opened_log(state, "rejected")?;
-    trust_on_first_use(&st, &key)?;
+    let (st, key, mut log) = ready_to_decide(state, id, "rejected")?;
     let rejected = match st.reject(id, reason, &key) {
         Ok(a) => a,
         Err(e) => return Ok((st, Err(e))),

@@ -325,7 +325,8 @@ mod tests {
     use super::*;
     use std::process::Command;
 
-    fn git(dir: &Path, args: &[&str]) {
+    /// `git ARGS` in `dir`, which must succeed.
+    pub(super) fn git(dir: &Path, args: &[&str]) {
         let ok = Command::new("git")
             .args(["-c", "user.email=t@t", "-c", "user.name=t"])
             .args(args)

@@ -39,10 +39,11 @@
 //! means the directories are read; a cache that cannot be written costs speed,
 //! never a missed secret.
 
+use super::cachefile::{Reader, Writer};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -239,44 +240,7 @@ impl Listings {
             return;
         }
         let Some(dir) = file.parent() else { return };
-        if std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-            .is_err()
-        {
-            return;
-        }
-        // Rewritten in place, not as a new file renamed over the old one:
-        // the digest at its end makes a torn or interleaved write (a
-        // launcher killed midway, two runs saving at once, a run reading
-        // while another writes) read as no cache, which costs one scan. A
-        // new file costs an inode, and ext4 flushes a file renamed over
-        // another (`auto_da_alloc`): 0.3 to 0.4 ms a save on this machine,
-        // against 12 us in place.
-        // Only into a regular file of ours with no other name (as if someone
-        // else could write the state directory: a link in the cache's place
-        // is not written through, a FIFO does not block the run); anything
-        // else there is removed, and the next save makes the file.
-        let bytes = encode(&self.workspace, &self.seen);
-        let written = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-            .open(file)
-            .and_then(|f| {
-                let m = f.metadata()?;
-                if !m.file_type().is_file() || m.nlink() != 1 || m.uid() != nix::unistd::geteuid().as_raw() {
-                    return Err(std::io::Error::other("not a cache file of ours"));
-                }
-                f.write_all_at(&bytes, 0)?;
-                f.set_len(bytes.len() as u64)
-            });
-        if written.is_err() {
-            let _ = std::fs::remove_file(file);
-        }
+        super::cachefile::write_in_place(dir, file, &encode(&self.workspace, &self.seen));
     }
 }
 
@@ -325,118 +289,64 @@ fn cache_file(state: &Path, workspace: &Path) -> PathBuf {
     state.join("scan").join(&crate::policy::hex(&digest)[..32])
 }
 
-// The file: MAGIC, the workspace path (a digest collision, or a file copied
-// between state directories, must not pass for another workspace's), the
-// listings, and a SHA-256 of all that. Integers little-endian; names and
-// paths as a u32 length and their bytes.
-
-fn put(out: &mut Vec<u8>, bytes: &[u8]) {
-    out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
-    out.extend_from_slice(bytes);
-}
+// The file (see `cachefile`): MAGIC, the version of the rules that chose
+// its hits, the moment it was written, the workspace path (a digest
+// collision, or a file copied between state directories, must not pass for
+// another workspace's), the listings.
 
 fn encode(workspace: &Path, listings: &HashMap<Vec<u8>, Listing>) -> Vec<u8> {
-    let mut out = MAGIC.to_vec();
-    out.extend_from_slice(&crate::policy::SECRET_NAME_RULES.to_le_bytes());
-    out.extend_from_slice(&now_nanos().to_le_bytes());
-    put(&mut out, workspace.as_os_str().as_bytes());
-    out.extend_from_slice(&(listings.len() as u32).to_le_bytes());
+    let mut w = Writer::new(MAGIC);
+    w.u32(crate::policy::SECRET_NAME_RULES as usize);
+    w.now();
+    w.bytes(workspace.as_os_str().as_bytes());
+    w.u32(listings.len());
     for (rel, l) in listings {
-        put(&mut out, rel);
+        w.bytes(rel);
         let s = &l.stamp;
-        for n in [s.dev, s.ino] {
-            out.extend_from_slice(&n.to_le_bytes());
-        }
+        w.u64(s.dev);
+        w.u64(s.ino);
         for n in [s.ctime.0, s.ctime.1, s.mtime.0, s.mtime.1] {
-            out.extend_from_slice(&n.to_le_bytes());
+            w.i64(n);
         }
         for names in [&l.subdirs, &l.hits] {
-            out.extend_from_slice(&(names.len() as u32).to_le_bytes());
+            w.u32(names.len());
             for n in names {
-                put(&mut out, n);
+                w.bytes(n);
             }
         }
     }
-    let digest = Sha256::digest(&out);
-    out.extend_from_slice(&digest);
-    out
+    w.sealed()
 }
 
-fn now_nanos() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
-}
-
-struct Reader<'a>(&'a [u8]);
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        if self.0.len() < n {
-            return None;
-        }
-        let (head, rest) = self.0.split_at(n);
-        self.0 = rest;
-        Some(head)
-    }
-
-    fn u32(&mut self) -> Option<usize> {
-        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?) as usize)
-    }
-
-    fn u64(&mut self) -> Option<u64> {
-        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
-    }
-
-    fn i64(&mut self) -> Option<i64> {
-        Some(i64::from_le_bytes(self.take(8)?.try_into().ok()?))
-    }
-
-    fn bytes(&mut self) -> Option<Vec<u8>> {
-        let n = self.u32()?;
-        Some(self.take(n)?.to_vec())
-    }
-
-    fn names(&mut self) -> Option<Vec<Vec<u8>>> {
-        let n = self.u32()?;
-        // Each name takes at least its 4-byte length: no huge allocation from
-        // a damaged count.
-        if n > self.0.len() / 4 {
-            return None;
-        }
-        (0..n).map(|_| self.bytes()).collect()
-    }
+fn names(r: &mut Reader) -> Option<Vec<Vec<u8>>> {
+    let n = r.count()?;
+    (0..n).map(|_| r.bytes().map(<[u8]>::to_vec)).collect()
 }
 
 fn decode(bytes: &[u8], workspace: &Path) -> Option<HashMap<Vec<u8>, Listing>> {
-    let (body, digest) = bytes.split_at_checked(bytes.len().checked_sub(32)?)?;
-    if Sha256::digest(body).as_slice() != digest {
+    let mut r = Reader::open(bytes, MAGIC)?;
+    if r.u32()? != crate::policy::SECRET_NAME_RULES as usize {
         return None;
     }
-    let mut r = Reader(body);
-    if r.take(MAGIC.len())? != MAGIC || r.u32()? != crate::policy::SECRET_NAME_RULES as usize {
-        return None;
-    }
-    // Written "later" than now: the clock was set back since, and a change
-    // made after that could carry a stamp the cache already holds.
-    if r.u64()? > now_nanos() || r.bytes()? != workspace.as_os_str().as_bytes() {
+    r.written_in_the_past()?;
+    if r.bytes()? != workspace.as_os_str().as_bytes() {
         return None;
     }
     let count = r.u32()?;
     let mut out = HashMap::new();
     for _ in 0..count {
-        let rel = r.bytes()?;
+        let rel = r.bytes()?.to_vec();
         let stamp = Stamp {
             dev: r.u64()?,
             ino: r.u64()?,
             ctime: (r.i64()?, r.i64()?),
             mtime: (r.i64()?, r.i64()?),
         };
-        let subdirs = r.names()?;
-        let hits = r.names()?;
+        let subdirs = names(&mut r)?;
+        let hits = names(&mut r)?;
         out.insert(rel, Listing { stamp, subdirs, hits });
     }
-    r.0.is_empty().then_some(out)
+    r.done().then_some(out)
 }
 
 #[cfg(test)]

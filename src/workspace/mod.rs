@@ -1775,6 +1775,7 @@ fn rename_beneath(root: &Path, rel: &Path, new_name: &std::ffi::OsStr) -> std::i
     dir.rename_from(&dir, name, new_name)
 }
 pub mod beneath;
+mod cachefile;
 pub mod gitconfig;
 pub mod gitindex;
 pub mod listing;

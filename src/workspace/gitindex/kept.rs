@@ -25,10 +25,11 @@
 //! the index is read; one that cannot be written costs speed, never a
 //! gitlink.
 
+use super::super::cachefile::{Reader, Writer};
 use super::super::listing::{local_filesystem, RACY_MARGIN};
 use sha2::{Digest, Sha256};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -122,111 +123,43 @@ fn read(
             stamp,
             links,
         };
-        save(dir, &cache, &encode(&k));
+        super::super::cachefile::write_in_place(dir, &cache, &encode(&k));
         return Some(k.links);
     }
     Some(links)
 }
 
-/// Writes `bytes` as the cache file `file`, in place (see `listing`'s
-/// `save` for why not a new file renamed over it: the digest at its end
-/// makes a torn write read as no cache), and only into a regular file of
-/// ours with no other name; anything else there is removed.
-fn save(dir: &Path, file: &Path, bytes: &[u8]) {
-    if std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .is_err()
-    {
-        return;
-    }
-    let written = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(file)
-        .and_then(|f| {
-            let m = f.metadata()?;
-            if !m.file_type().is_file() || m.nlink() != 1 || m.uid() != nix::unistd::geteuid().as_raw() {
-                return Err(std::io::Error::other("not a cache file of ours"));
-            }
-            f.write_all_at(bytes, 0)?;
-            f.set_len(bytes.len() as u64)
-        });
-    if written.is_err() {
-        let _ = std::fs::remove_file(file);
-    }
-}
-
-// The file: MAGIC, the index's path (a digest collision, or a file copied
-// between state directories, must not pass for another index's), the hash
-// length, the stamp, the gitlinks, and a SHA-256 of all that. Integers
-// little-endian; paths as a u32 length and their bytes.
-
-fn put(out: &mut Vec<u8>, bytes: &[u8]) {
-    out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
-    out.extend_from_slice(bytes);
-}
+// The file (see `cachefile`): MAGIC, the moment it was written, the index's
+// path (a digest collision, or a file copied between state directories,
+// must not pass for another index's), the hash length, the stamp, the
+// gitlinks.
 
 fn encode(k: &Kept) -> Vec<u8> {
-    let mut out = MAGIC.to_vec();
-    put(&mut out, k.index.as_os_str().as_bytes());
-    out.extend_from_slice(&(k.hash_len as u32).to_le_bytes());
+    let mut w = Writer::new(MAGIC);
+    w.now();
+    w.bytes(k.index.as_os_str().as_bytes());
+    w.u32(k.hash_len);
     for n in [k.stamp.dev, k.stamp.ino, k.stamp.size] {
-        out.extend_from_slice(&n.to_le_bytes());
+        w.u64(n);
     }
     for n in [k.stamp.mtime.0, k.stamp.mtime.1, k.stamp.ctime.0, k.stamp.ctime.1] {
-        out.extend_from_slice(&n.to_le_bytes());
+        w.i64(n);
     }
-    out.extend_from_slice(&(k.links.len() as u32).to_le_bytes());
+    w.u32(k.links.len());
     for l in &k.links {
-        put(&mut out, l.as_os_str().as_bytes());
+        w.bytes(l.as_os_str().as_bytes());
     }
-    let digest = Sha256::digest(&out);
-    out.extend_from_slice(&digest);
-    out
+    w.sealed()
 }
 
-struct Reader<'a>(&'a [u8]);
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        let (head, rest) = self.0.split_at_checked(n)?;
-        self.0 = rest;
-        Some(head)
-    }
-
-    fn u32(&mut self) -> Option<usize> {
-        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?) as usize)
-    }
-
-    fn u64(&mut self) -> Option<u64> {
-        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
-    }
-
-    fn i64(&mut self) -> Option<i64> {
-        Some(i64::from_le_bytes(self.take(8)?.try_into().ok()?))
-    }
-
-    fn path(&mut self) -> Option<PathBuf> {
-        let n = self.u32()?;
-        Some(PathBuf::from(std::ffi::OsStr::from_bytes(self.take(n)?)))
-    }
+fn path(r: &mut Reader) -> Option<PathBuf> {
+    r.bytes().map(|b| PathBuf::from(std::ffi::OsStr::from_bytes(b)))
 }
 
 fn decode(bytes: &[u8]) -> Option<Kept> {
-    let (body, digest) = bytes.split_at_checked(bytes.len().checked_sub(32)?)?;
-    if Sha256::digest(body).as_slice() != digest {
-        return None;
-    }
-    let mut r = Reader(body);
-    if r.take(MAGIC.len())? != MAGIC {
-        return None;
-    }
-    let index = r.path()?;
+    let mut r = Reader::open(bytes, MAGIC)?;
+    r.written_in_the_past()?;
+    let index = path(&mut r)?;
     let hash_len = r.u32()?;
     let stamp = Stamp {
         dev: r.u64()?,
@@ -235,14 +168,9 @@ fn decode(bytes: &[u8]) -> Option<Kept> {
         mtime: (r.i64()?, r.i64()?),
         ctime: (r.i64()?, r.i64()?),
     };
-    let count = r.u32()?;
-    // Each path takes at least its 4-byte length: no huge allocation from a
-    // damaged count.
-    if count > r.0.len() / 4 {
-        return None;
-    }
-    let links = (0..count).map(|_| r.path()).collect::<Option<Vec<_>>>()?;
-    r.0.is_empty().then_some(Kept {
+    let count = r.count()?;
+    let links = (0..count).map(|_| path(&mut r)).collect::<Option<Vec<_>>>()?;
+    r.done().then_some(Kept {
         index,
         hash_len,
         stamp,
@@ -303,20 +231,14 @@ mod tests {
     /// The index of a repository made by git in `dir`, whose one entry is
     /// the gitlink `link`.
     fn index_with_gitlink(dir: &Path, link: &str) -> Vec<u8> {
-        let git = |args: &[&str]| {
-            let ok = std::process::Command::new("git")
-                .args(args)
-                .current_dir(dir)
-                .output()
-                .unwrap()
-                .status
-                .success();
-            assert!(ok, "git {args:?}");
-        };
+        use super::super::tests::git;
         std::fs::create_dir_all(dir).unwrap();
-        git(&["init", "-q"]);
+        git(dir, &["init", "-q"]);
         let id = "1111111111111111111111111111111111111111";
-        git(&["update-index", "--add", "--cacheinfo", &format!("160000,{id},{link}")]);
+        git(
+            dir,
+            &["update-index", "--add", "--cacheinfo", &format!("160000,{id},{link}")],
+        );
         std::fs::read(dir.join(".git/index")).unwrap()
     }
 
