@@ -2474,6 +2474,103 @@ fn committed_repository(w: &World) -> String {
     host_git(w, &["rev-parse", "HEAD"]).trim().to_string()
 }
 
+/// Whether `a` and `b` in the workspace are names of one file.
+fn same_file(w: &World, a: &str, b: &str) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(w.ws.join(a)), std::fs::metadata(w.ws.join(b))) {
+        (Ok(x), Ok(y)) => (x.dev(), x.ino()) == (y.dev(), y.ino()),
+        _ => false,
+    }
+}
+
+/// A write of one byte in place, 100 bytes into `file` (no new file, no
+/// rename): what a run can do to any file it has a writable name for.
+const WRITE_IN_PLACE: &str =
+    "python3 -c \"import os, sys; fd = os.open(sys.argv[1], os.O_RDWR); os.pwrite(fd, b'X', 100)\"";
+
+#[test]
+fn a_file_of_the_git_directory_never_lands_with_a_second_name() {
+    // A run on the overlay workspace (or a preview) links `.git/index` to
+    // a name outside `.git`. Landed as a hard link, that name lets every
+    // later run write the real index in place: past `.git`'s overlay and
+    // the check of a run's index before it lands, and through a shared
+    // mapping without moving its change time, which the gitlinks kept
+    // between runs trust.
+    let w = World::new();
+    committed_repository(&w);
+    let index_before = std::fs::read(w.ws.join(".git/index")).unwrap();
+    let script = "ln .git/index idx && echo LINKED";
+    let o = w.run_policy("overlay = true\n", script);
+    assert!(stdout(&o).contains("LINKED"), "{}", text(&o));
+    assert!(!same_file(&w, ".git/index", "idx"), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    assert!(text(&o).contains("another hard link"), "{}", text(&o));
+    // A held action's preview, approved and landed: the same judgement.
+    let p = w.policy("require_approval_for = [\"ln\"]\ndefault = \"allow\"\n");
+    let script2 = "ln .git/index idx2 && echo LINKED";
+    let o = w.tx(&["run", "--policy", p.to_str().unwrap(), "-c", script2]);
+    assert_eq!(o.status.code(), Some(75), "{}", text(&o));
+    let id = held_id(&String::from_utf8_lossy(&o.stderr));
+    let a = w.tx(&["approve", &id]);
+    assert!(a.status.success(), "{}", text(&a));
+    let r = w.tx(&["resume", &id]);
+    assert!(!same_file(&w, ".git/index", "idx2"), "{}", text(&r));
+    assert_eq!(r.status.code(), Some(77), "{}", text(&r));
+    // What a later run writes through those names is not the index.
+    for name in ["idx", "idx2"] {
+        // (Whether the rest of the capture landed depends on the policy.)
+        let o = w.run(&format!("[ ! -e {name} ] || {WRITE_IN_PLACE} {name}; echo DONE"));
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        assert!(stdout(&o).contains("DONE"), "{}", text(&o));
+    }
+    assert_eq!(std::fs::read(w.ws.join(".git/index")).unwrap(), index_before);
+    let o = w.run("touch still-writable");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    // Control: without the sandbox the link is made and writes through it
+    // change the index in place.
+    let c = w.control(&format!("ln -f .git/index idx && {WRITE_IN_PLACE} idx"));
+    assert!(c.status.success(), "control: {}", text(&c));
+    assert!(same_file(&w, ".git/index", "idx"), "control: {}", text(&c));
+    assert_ne!(std::fs::read(w.ws.join(".git/index")).unwrap(), index_before, "control");
+}
+
+#[test]
+fn an_index_with_another_hard_link_refuses_writable_runs() {
+    // Through another name in the workspace a run would write the index in
+    // place (or map it and change it after a later run read it, its times
+    // unmoved): tether-exec cannot vouch for what it names.
+    let w = World::new();
+    committed_repository(&w);
+    std::fs::hard_link(w.ws.join(".git/index"), w.ws.join("idx")).unwrap();
+    let index_before = std::fs::read(w.ws.join(".git/index")).unwrap();
+    let o = w.run(&format!("{WRITE_IN_PLACE} idx && echo WROTE"));
+    assert_eq!(std::fs::read(w.ws.join(".git/index")).unwrap(), index_before);
+    assert!(!stdout(&o).contains("WROTE"), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(125), "{}", text(&o));
+    assert!(text(&o).contains("other hard links"), "{}", text(&o));
+    assert!(
+        text(&o).contains(&format!("{}", w.ws.join(".git/index").display())),
+        "names the index: {}",
+        text(&o)
+    );
+    assert_eq!(std::fs::read(w.ws.join(".git/index")).unwrap(), index_before);
+    // Read-only runs still run.
+    let ro = w.policy("profile = \"read-only\"\n");
+    let o = w.run_with(&["--policy", ro.to_str().unwrap()], "cat a");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    // Given a name of its own, as the message says, writable runs run again.
+    std::fs::copy(w.ws.join(".git/index"), w.ws.join(".git/index.new")).unwrap();
+    std::fs::rename(w.ws.join(".git/index.new"), w.ws.join(".git/index")).unwrap();
+    let o = w.run("touch ran");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    // Control: without the sandbox the write through the link is the index's.
+    std::fs::remove_file(w.ws.join("idx")).unwrap();
+    std::fs::hard_link(w.ws.join(".git/index"), w.ws.join("idx")).unwrap();
+    let c = w.control(&format!("{WRITE_IN_PLACE} idx"));
+    assert!(c.status.success(), "control: {}", text(&c));
+    assert_ne!(std::fs::read(w.ws.join(".git/index")).unwrap(), index_before, "control");
+}
+
 #[test]
 fn an_index_that_cannot_be_checked_does_not_land() {
     // A split index keeps its entries in another file, which the check

@@ -222,7 +222,12 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state:
         secret_files: secrets.hidden,
         env_secrets: secrets.env,
         protected_present,
-        git_index_unreadable: git.index_unreadable,
+        git_index_unreadable: git.index_unreadable.then(|| {
+            // Past the most indexes read, none in particular: the workspace's.
+            git.unreadable_indexes
+                .first()
+                .map_or_else(|| workspace.to_path_buf(), |g| workspace.join(g).join("index"))
+        }),
         head_at_top: std::fs::symlink_metadata(workspace.join("HEAD")).is_ok(),
         repo_at_top: std::fs::symlink_metadata(workspace.join(".git")).is_ok(),
         // The directories on the way to a policy file too: renamed away

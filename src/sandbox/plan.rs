@@ -348,9 +348,11 @@ pub struct HostFacts {
     /// Every directory from `.git` down to each git directory (submodules',
     /// linked worktrees'): pinned in place (`workspace::GitLayout::pins`).
     pub protected_parents: Vec<PathBuf>,
-    /// The workspace's git index could not be read with confidence: the
-    /// repositories it names (which git obeys) are unknown.
-    pub git_index_unreadable: bool,
+    /// A git index of the workspace (its own, a nested or an enclosing
+    /// repository's; the workspace itself past the most indexes read) that
+    /// could not be read with confidence: the repositories it names (which
+    /// git obeys) are unknown.
+    pub git_index_unreadable: Option<PathBuf>,
     /// The workspace has a `HEAD` at its top (see [`CreateGuard`]).
     pub head_at_top: bool,
     /// The workspace has a `.git` at its top (a repository, a worktree's or
@@ -432,7 +434,7 @@ pub enum PlanError {
     GlobNeedsOverlay(String),
     #[error("a git configuration of this workspace cannot be read for the files it includes ({0}), so a file it includes from the workspace, which git would obey, cannot be protected; a writable run is refused. Fix that line (`git config --list --show-origin` shows what git reads)")]
     GitConfigUnreadable(String),
-    #[error("the git index of {0} cannot be read with confidence (a split index, offset tables, names git refuses, or damage), so the repositories it names, whose config git obeys, cannot be protected; a writable run is refused. Rewrite it: `git update-index --no-split-index` (or `rm .git/index && git reset`)")]
+    #[error("the git index {} cannot be read with confidence (a split index, offset tables, names git refuses, damage, or other hard links, through which a run could write it in place), so the repositories it names, whose config git obeys, cannot be protected; a writable run is refused. Rewrite it: `git update-index --no-split-index` (or `rm .git/index && git reset`); with other hard links, give it a name of its own (copy it, then rename the copy over it)", .0.display())]
     GitIndexUnreadable(PathBuf),
 }
 
@@ -532,8 +534,8 @@ pub fn build(
         });
     }
     let writable = policy.profile() == Profile::WorkspaceWrite;
-    if writable && facts.git_index_unreadable {
-        return Err(PlanError::GitIndexUnreadable(workspace.to_path_buf()));
+    if let (Some(index), true) = (&facts.git_index_unreadable, writable) {
+        return Err(PlanError::GitIndexUnreadable(index.clone()));
     }
     if let (Some(why), true) = (&facts.git_includes_unreadable, writable) {
         return Err(PlanError::GitConfigUnreadable(why.clone()));

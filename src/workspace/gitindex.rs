@@ -19,8 +19,9 @@ use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 
-/// What identifies one state of an index file: any write changes its ctime,
-/// a rename-over its inode.
+/// What identifies one state of an index file whose only name is in its git
+/// directory: a write through a name changes its ctime, a rename-over its
+/// inode (a write through a shared mapping may not: see [`one_name`]).
 type Stamp = (PathBuf, u64, u64, u64, i64, i64, i64, i64);
 
 /// The last index read by this process: a run asks before it plans, when it
@@ -58,6 +59,9 @@ pub fn gitlinks_at(path: &Path, git_dir: &Path) -> Option<Vec<PathBuf>> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Some(Vec::new()),
         Err(_) => return None,
     };
+    if m.is_file() && !one_name(&m) {
+        return None;
+    }
     if let Some(links) = remembered(path, &m) {
         return links;
     }
@@ -74,6 +78,19 @@ pub fn gitlinks_at(path: &Path, git_dir: &Path) -> Option<Vec<PathBuf>> {
     };
     remember(path, &m, links.clone());
     links
+}
+
+/// Whether the index file `m` has no name but its own. Through another name
+/// (a hard link in the workspace) a writable run would write the index in
+/// place instead of in its git directory's overlay, and it could map the
+/// file shared: writes through such a mapping set the file's times only at
+/// the first write to a clean page, so one made before a read could change
+/// the index after it and leave the stamp the read was remembered and kept
+/// under. The index of such a file is not vouched for: writable runs are
+/// refused until it has a name of its own, and a capture's never lands.
+pub(super) fn one_name(m: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    m.nlink() == 1
 }
 
 fn stamp_of(path: &Path, m: &std::fs::Metadata) -> Stamp {

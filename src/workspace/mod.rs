@@ -1758,7 +1758,7 @@ pub fn enforce_protected(root: &Path, before: &ProtectedSnapshot, state: &Path) 
     }
     if after.index_unreadable && unreadable_left {
         violations.push(
-            "the run left a git index that tether-exec cannot vouch for (a split index, offset tables, names git refuses, or damage): the repositories it names were not checked, and writable runs here are refused until it is rewritten (`git update-index --no-split-index`, or `rm .git/index && git reset`)".into(),
+            "the run left a git index that tether-exec cannot vouch for (a split index, offset tables, names git refuses, damage, or other hard links): the repositories it names were not checked, and writable runs here are refused until it is rewritten (`git update-index --no-split-index`, or `rm .git/index && git reset`)".into(),
         );
     }
     Ok(violations)

@@ -1348,7 +1348,7 @@ impl Planner<'_> {
                     || super::gitindex::gitlinks_at(&new, &self.ws.join(dir)).is_none())
             {
                 self.out.violations.push(format!(
-                    "{what} `{r}`: a git index tether-exec cannot vouch for (a split index, offset tables, names git refuses, or damage), so the gitlinks it names cannot be checked; the index before the run stays"
+                    "{what} `{r}`: a git index tether-exec cannot vouch for (a split index, offset tables, names git refuses, damage, or other hard links), so the gitlinks it names cannot be checked; the index before the run stays"
                 ));
                 return false;
             }
@@ -1360,6 +1360,37 @@ impl Planner<'_> {
             return false;
         }
         true
+    }
+
+    /// A file of a git directory lands only with a name of its own: landed
+    /// with another (a hard link the run made in its capture of the whole
+    /// workspace), a later run would write it in place through that name,
+    /// past its git directory's overlay and the check of its index.
+    fn one_name_in_git_dir(&mut self, rel: &Path, m: &std::fs::Metadata, what: &str) -> bool {
+        if !m.is_file() || m.nlink() == 1 {
+            return true;
+        }
+        let ws = self.ws;
+        let known: &[PathBuf] = if self.git_dirs.is_empty() {
+            &self.layout.get_or_init(|| layout_before(ws)).dirs
+        } else {
+            &[]
+        };
+        let git_dir = self
+            .git_dirs
+            .iter()
+            .copied()
+            .chain(known.iter().map(PathBuf::as_path))
+            .find(|d| rel.starts_with(d));
+        let Some(d) = git_dir else {
+            return true;
+        };
+        self.out.violations.push(format!(
+            "{what} `{}`: a file of the git directory `{}` with another hard link, through which a later run could write it in place; the file before the run stays",
+            rel.display(),
+            d.display()
+        ));
+        false
     }
 
     /// The human changed this path in the real workspace after the run started.
@@ -1453,7 +1484,7 @@ impl Planner<'_> {
                 ("creates", &mut self.out.added)
             };
             list.push(shown);
-            let ok = self.judge(&r, what);
+            let ok = self.one_name_in_git_dir(&r, &m, what) && self.judge(&r, what);
             if lower.as_ref().is_some_and(|l| l.is_dir()) {
                 self.ops.push((Op::Remove(rel_bytes(&r)), ok));
             }

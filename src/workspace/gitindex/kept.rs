@@ -9,16 +9,23 @@
 //! used again only while the file still has exactly those.
 //!
 //! The stamp is the file's device, inode, size, modification time and change
-//! time, taken from the very descriptor the list was read from. Any write to
-//! the file sets its change time to the current time, and no unprivileged
-//! process can set a change time (`utimensat` sets the others, and updates
-//! it); git writes an index as a new file renamed into place, a new inode.
-//! A sandboxed run that writes the workspace's index changes it like anyone
-//! else. A file changed in the very tick its stamp was taken could keep that
-//! stamp, so a list is kept only if the change time was more than
-//! [`RACY_MARGIN`] older than the moment its read began (the scan's listings
-//! follow the same rule, as git's own index does for its entries). Only
-//! files on a local filesystem stamped by this machine's clock are kept.
+//! time, taken from the very descriptor the list was read from. A write to
+//! the file through a name sets its change time to the current time, and no
+//! unprivileged process can set a change time (`utimensat` sets the others,
+//! and updates it); git writes an index as a new file renamed into place, a
+//! new inode. A write through a shared mapping is the exception: the kernel
+//! sets the times at the first write to a clean page only, so a mapping made
+//! before the stamp was taken can change the file under it until the page is
+//! written back. No sandboxed run can hold such a mapping of a real index:
+//! its one name is in its git directory, which a writable run sees as an
+//! overlay of its own (opened for writing, the file is copied), an index with
+//! any other name is not read at all ([`super::one_name`]: writable runs are
+//! refused), and a run's index reaches the real one only as a new file its
+//! landing renames into place. A file changed in the very tick its stamp was
+//! taken could keep that stamp, so a list is kept only if the change time was
+//! more than [`RACY_MARGIN`] older than the moment its read began (the scan's
+//! listings follow the same rule, as git's own index does for its entries).
+//! Only files on a local filesystem stamped by this machine's clock are kept.
 //!
 //! The state directory is invisible to every sandbox. A cache file that is
 //! missing, damaged, written by another version or for another path means
@@ -90,6 +97,9 @@ pub(super) fn gitlinks(dir: &Path, index: &Path, git_dir: &Path) -> Option<Vec<P
         Err(_) => return None,
     };
     let m = file.metadata().ok()?;
+    if !super::one_name(&m) {
+        return None;
+    }
     if let Some(links) = super::remembered(index, &m) {
         return links;
     }
@@ -298,6 +308,41 @@ mod tests {
         // An index gone is an index with no gitlinks.
         std::fs::remove_file(&index).unwrap();
         assert_eq!(in_a_new_process(&cache_dir, &index, &git_dir), Some(vec![]));
+    }
+
+    #[test]
+    fn an_index_with_another_name_is_neither_kept_nor_read() {
+        // Through the other name a run could map the file and change it
+        // after this read without moving its times (see the module docs).
+        let tmp = tempfile::tempdir().unwrap();
+        let git_dir = tmp.path().join("repo/.git");
+        std::fs::create_dir_all(&git_dir).unwrap();
+        let index = git_dir.join("index");
+        let cache_dir = tmp.path().join("state/gitlinks");
+        std::fs::write(&index, index_with_gitlink(&tmp.path().join("x"), "vendor/x")).unwrap();
+        age_past_margin();
+        assert_eq!(
+            in_a_new_process(&cache_dir, &index, &git_dir),
+            Some(vec![PathBuf::from("vendor/x")])
+        );
+        assert!(cache_dir.exists(), "kept while it has one name");
+        // The same stamp but for the link count (a link moves the change
+        // time, so the kept list is put back under the new one).
+        let link = tmp.path().join("repo/idx");
+        std::fs::hard_link(&index, &link).unwrap();
+        let cache = std::fs::read_dir(&cache_dir).unwrap().next().unwrap().unwrap().path();
+        let mut k = decode(&std::fs::read(&cache).unwrap()).unwrap();
+        k.stamp = Stamp::of(&std::fs::metadata(&index).unwrap());
+        std::fs::write(&cache, encode(&k)).unwrap();
+        assert_eq!(in_a_new_process(&cache_dir, &index, &git_dir), None, "kept list used");
+        // Nor remembered by this process.
+        assert_eq!(gitlinks(&cache_dir, &index, &git_dir), None, "remembered");
+        assert_eq!(super::super::gitlinks_at(&index, &git_dir), None);
+        std::fs::remove_file(&link).unwrap();
+        assert_eq!(
+            in_a_new_process(&cache_dir, &index, &git_dir),
+            Some(vec![PathBuf::from("vendor/x")])
+        );
     }
 
     fn filetime_of(m: &std::fs::Metadata) -> (i64, i64) {
