@@ -579,6 +579,11 @@ pub struct Current {
     pub bindings: Bindings,
     /// The session's proposal count now (see [`ApprovalStore::record_proposal`]).
     pub session_proposals: u64,
+    /// A writable run is in progress in the workspace now
+    /// (`workspace::writable_run_in_progress`): what it writes, the
+    /// fingerprint may not see until it ends, and then the generation moves
+    /// on. No approval is used meanwhile.
+    pub writable_run_in_progress: bool,
 }
 
 /// Outcome of a completed run.
@@ -2112,6 +2117,12 @@ fn current_changes(held: &HeldAction, current: &Current) -> Vec<String> {
             "workspace generation changed from {} to {}",
             a.workspace_generation, b.workspace_generation
         ));
+    }
+    if current.writable_run_in_progress {
+        out.push(
+            "a writable run is in progress in the workspace: what it writes (through a memory mapping, or with a file's times set back) the workspace fingerprint cannot see, and once it ends the workspace generation moves on"
+                .into(),
+        );
     }
     out
 }

@@ -1225,6 +1225,7 @@ pub fn resume_opened(id: &str, state: &Path, store: ApprovalStore) -> Finished {
             env_digest(&policy, &ctx.workspace, &cwd),
         ),
         bindings: current_bindings,
+        writable_run_in_progress: crate::workspace::writable_run_in_progress(state, &ctx.workspace),
         // Unreadable, it refuses: proposal expiry must never read as zero.
         session_proposals: match store.session_proposals(&action.session) {
             Ok(n) => n,

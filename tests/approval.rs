@@ -108,6 +108,7 @@ impl Fx {
             intent: a.intent.clone(),
             bindings: a.bindings.clone(),
             session_proposals: self.store.session_proposals(&a.session).unwrap(),
+            writable_run_in_progress: false,
         }
     }
 
@@ -588,7 +589,8 @@ fn changed_bindings_are_refused_naming_the_binding() {
     let fx = Fx::new();
     let held = fx.hold_approved(request(None));
     type Case = (&'static str, fn(&mut Current));
-    let cases: [Case; 5] = [
+    let cases: [Case; 6] = [
+        ("a writable run is in progress", |c| c.writable_run_in_progress = true),
         ("workspace fingerprint changed", |c| {
             c.bindings.workspace_fingerprint = sha256_hex(b"tree 2")
         }),
@@ -726,6 +728,7 @@ fn child_resume_then_exit() {
         intent: held.intent.clone(),
         bindings: held.bindings.clone(),
         session_proposals: store.session_proposals(&held.session).unwrap(),
+        writable_run_in_progress: false,
     };
     match store.begin_resume(&id, &cur, T0 + 1) {
         Ok(Resume::Run(_ticket)) => std::process::exit(0),

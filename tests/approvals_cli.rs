@@ -644,3 +644,70 @@ fn a_failed_decision_with_resume_still_writes_its_receipt() {
     assert_eq!(r["pending_id"], "apr_0000000000000000");
     assert!(r["exit_code"].is_null(), "nothing ran: {r}");
 }
+
+#[test]
+fn a_run_in_progress_cannot_change_what_an_approval_binds_unseen() {
+    // The fingerprint an approval binds is one `stat` of every entry, and a
+    // run that ends moves the generation on. A run still in progress, which
+    // mapped a file shared and wrote to it once before the hold, writes the
+    // rest after it without moving the file's times (the kernel sets them at
+    // the first write to a clean page only): the approved `bash deploy.sh`
+    // would run a script the person never saw.
+    use std::io::{BufRead, Write};
+    let w = World::new();
+    let p =
+        w.policy("require_approval_for = [{ prefix = \"bash deploy.sh\", preview = false }]\ndefault = \"allow\"\n");
+    let fine = "echo fine ################\n";
+    let evil = format!("{:<width$}\n", "touch pwned", width = fine.len() - 1);
+    w.write("deploy.sh", fine);
+    let swap = format!(
+        "import mmap, os, sys\n\
+         m = mmap.mmap(os.open('deploy.sh', os.O_RDWR), 0, mmap.MAP_SHARED)\n\
+         m[0:1] = m[0:1]\n\
+         print('mapped', flush=True)\n\
+         sys.stdin.readline()\n\
+         m[:] = {evil:?}.encode()\n\
+         print('swapped', flush=True)\n\
+         sys.stdin.readline()\n"
+    );
+    let mut run = w
+        .command(&["run", "--", "python3", "-c", &swap])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut to_run = run.stdin.take().unwrap();
+    let mut from_run = std::io::BufReader::new(run.stdout.take().unwrap());
+    let mut line = String::new();
+    from_run.read_line(&mut line).unwrap();
+    assert_eq!(line, "mapped\n");
+    let o = w.tx(&["run", "--policy", p.to_str().unwrap(), "--", "bash", "deploy.sh"]);
+    assert_eq!(o.status.code(), Some(75), "{}", text(&o));
+    let id = held_id(&String::from_utf8_lossy(&o.stderr));
+    to_run.write_all(b"go\n").unwrap();
+    line.clear();
+    from_run.read_line(&mut line).unwrap();
+    assert_eq!(line, "swapped\n");
+    let o = w.tx(&["approve", &id, "--resume"]);
+    assert!(!exists(&w.ws.join("pwned")), "the swapped script ran: {}", text(&o));
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    assert!(text(&o).contains("a writable run is in progress"), "{}", text(&o));
+    // Once the run has ended, the generation has moved on: still refused.
+    drop(to_run);
+    assert!(run.wait().unwrap().success());
+    let o = w.tx(&["resume", &id]);
+    assert!(!exists(&w.ws.join("pwned")), "the swapped script ran: {}", text(&o));
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    assert!(text(&o).contains("workspace generation changed"), "{}", text(&o));
+    // A fresh proposal of the command, approved, runs what is there now.
+    let again = w.tx(&["run", "--policy", p.to_str().unwrap(), "--", "bash", "deploy.sh"]);
+    let id2 = held_id(&String::from_utf8_lossy(&again.stderr));
+    let o = w.tx(&["approve", &id2, "--resume"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    // Control: what the run swapped in is what bash would have run.
+    std::fs::remove_file(w.ws.join("pwned")).unwrap();
+    let c = w.control("bash deploy.sh");
+    assert!(c.status.success(), "control: {}", text(&c));
+    assert!(exists(&w.ws.join("pwned")), "control: {}", text(&c));
+}

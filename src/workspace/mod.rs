@@ -1543,8 +1543,59 @@ fn env_secrets(root: &Path, found: &[PathBuf]) -> EnvSecrets {
 /// command starts, removed once the check after it is done. A launcher
 /// killed in between (after its capture landed, say) leaves it for the next
 /// start, which does the check ([`recover_pending_checks`]).
+///
+/// It is also the mark of a writable run in progress in its workspace: the
+/// launcher holds an exclusive `flock` on the file from before the command
+/// starts until the check after it (and the generation's count) is done,
+/// and the kernel lets go of it whenever the launcher dies. See
+/// [`writable_run_in_progress`].
 pub struct PendingCheck {
     path: PathBuf,
+    _locked: std::fs::File,
+}
+
+/// What names a workspace in the file names of its pending checks.
+fn workspace_tag(workspace: &Path) -> String {
+    let id = crate::policy::hex(&Sha256::digest(workspace.as_os_str().as_bytes()));
+    format!("-{}.json", &id[..32])
+}
+
+/// Whether a writable run in `workspace` is in progress now: its launcher
+/// still holds its pending check (a run whose launcher died is not).
+///
+/// An approval binds the workspace as one `stat` of every entry sees it,
+/// and a run that ends moves the workspace's generation on. A run still in
+/// progress can change a file without either seeing it: through a shared
+/// mapping made before the hold (the kernel sets a file's times at the
+/// first write to a clean page only), or by writing it and setting its
+/// modification time back. So no approval is used while one is in
+/// progress. A pending check that cannot be looked at counts as a run in
+/// progress.
+pub fn writable_run_in_progress(state: &Path, workspace: &Path) -> bool {
+    let rd = match std::fs::read_dir(pending_dir(state)) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return false,
+        Err(_) => return true,
+    };
+    let tag = workspace_tag(workspace);
+    for e in rd {
+        let Ok(e) = e else { return true };
+        if !e.file_name().as_bytes().ends_with(tag.as_bytes()) {
+            continue;
+        }
+        let f = match std::fs::File::open(e.path()) {
+            Ok(f) => f,
+            // Done meanwhile.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(_) => return true,
+        };
+        match f.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => return true,
+            Err(std::fs::TryLockError::Error(_)) => return true,
+        }
+    }
+    false
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -1564,7 +1615,7 @@ impl PendingCheck {
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
-        let path = dir.join(format!("{}-{nanos}.json", std::process::id()));
+        let path = dir.join(format!("{}-{nanos}{}", std::process::id(), workspace_tag(workspace)));
         let text = serde_json::to_vec(&PendingRecord {
             workspace: path_bytes(workspace),
             before: before.clone(),
@@ -1573,16 +1624,26 @@ impl PendingCheck {
             path: path.clone(),
             source: std::io::Error::other(e),
         })?;
-        let write = || -> std::io::Result<()> {
-            use std::os::unix::fs::DirBuilderExt;
+        let write = || -> std::io::Result<std::fs::File> {
+            use std::io::Write;
+            use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
             std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir)?;
-            std::fs::write(&path, &text)
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&path)?;
+            // Locked before it says anything: the run is in progress from
+            // here (its command starts only after this returns).
+            f.lock()?;
+            f.write_all(&text)?;
+            Ok(f)
         };
-        write().map_err(|e| WorkspaceError::Read {
+        let locked = write().map_err(|e| WorkspaceError::Read {
             path: path.clone(),
             source: e,
         })?;
-        Ok(PendingCheck { path })
+        Ok(PendingCheck { path, _locked: locked })
     }
 
     /// The check was done.
