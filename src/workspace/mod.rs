@@ -517,6 +517,43 @@ mod tests {
     }
 
     #[test]
+    fn a_run_is_in_progress_while_its_launcher_holds_its_pending_check() {
+        let s = tempfile::tempdir().unwrap();
+        let ws = tempfile::tempdir().unwrap();
+        let other = Path::new("/some/other/ws");
+        let empty = || ProtectedSnapshot {
+            entries: Vec::new(),
+            git_dirs: Vec::new(),
+            pointers: Vec::new(),
+            env_files: EnvSecrets(Vec::new()),
+            found: Vec::new(),
+        };
+        assert!(!writable_run_in_progress(s.path(), ws.path()), "no run yet");
+        let check = PendingCheck::record(s.path(), ws.path(), &empty()).unwrap();
+        assert!(writable_run_in_progress(s.path(), ws.path()));
+        assert!(!writable_run_in_progress(s.path(), other), "another workspace's run");
+        // Renamed to the pid of no process, it is still held: another
+        // start's recovery leaves it (and its run stays in progress).
+        let dead = format!("4194304-1{}", workspace_tag(ws.path()));
+        std::fs::rename(&check.path, pending_dir(s.path()).join(&dead)).unwrap();
+        assert!(recover_pending_checks(s.path()).is_empty());
+        assert!(
+            pending_dir(s.path()).join(&dead).exists(),
+            "a live run's check was taken"
+        );
+        assert!(writable_run_in_progress(s.path(), ws.path()));
+        // Its launcher gone (the lock let go with it): not in progress, and
+        // the next start does the check and removes it.
+        drop(check);
+        assert!(!writable_run_in_progress(s.path(), ws.path()), "a dead launcher's run");
+        recover_pending_checks(s.path());
+        assert!(!pending_dir(s.path()).join(&dead).exists());
+        let done = PendingCheck::record(s.path(), ws.path(), &empty()).unwrap();
+        done.done();
+        assert!(!writable_run_in_progress(s.path(), ws.path()), "a finished run");
+    }
+
+    #[test]
     fn generations_count_up() {
         let s = tempfile::tempdir().unwrap();
         let w = Path::new("/some/ws");
@@ -1667,9 +1704,18 @@ pub fn recover_pending_checks(state: &Path) -> Vec<String> {
         if pid.is_some_and(|p| p == std::process::id() || Path::new(&format!("/proc/{p}")).exists()) {
             continue;
         }
-        let record = std::fs::read(e.path())
+        // Its launcher's lock is the surer sign of life (a pid can be of
+        // another namespace's process); held here, another start skips it.
+        let Ok(mut file) = std::fs::File::open(e.path()) else {
+            continue;
+        };
+        if file.try_lock().is_err() {
+            continue;
+        }
+        let mut bytes = Vec::new();
+        let record = std::io::Read::read_to_end(&mut file, &mut bytes)
             .ok()
-            .and_then(|b| serde_json::from_slice::<PendingRecord>(&b).ok());
+            .and_then(|_| serde_json::from_slice::<PendingRecord>(&bytes).ok());
         if let Some(r) = record {
             let workspace = bytes_path(r.workspace);
             match enforce_protected(&workspace, &r.before, state) {
