@@ -611,20 +611,23 @@ fn a_retried_approve_with_resume_never_runs_an_interrupted_action_again() {
     }
     assert_eq!(std::fs::read_to_string(w.ws.join("logs/runs.log")).unwrap(), "run\n");
     assert_eq!(audited(&w, "run_start"), 1);
-    // Control: a deliberate approval runs it again.
+    // A deliberate approval is taken, but the interrupted run was a
+    // writable run like any other: the workspace's generation moved on (at
+    // the next start, its launcher being gone), so the approval no longer
+    // applies, and the command is proposed again.
     assert!(w.tx(&["approve", &id]).status.success());
-    let o = w
-        .command(&["resume", &id])
-        .env("TETHER_EXEC_APPROVER_KEY", w.outside.join("approver.key"))
-        .spawn()
-        .unwrap();
-    assert!(
-        eventually(|| std::fs::read_to_string(w.ws.join("logs/runs.log")).is_ok_and(|l| l == "run\nrun\n")),
-        "a deliberate approval runs it again"
+    let o = w.tx(&["resume", &id]);
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    assert!(text(&o).contains("workspace generation changed"), "{}", text(&o));
+    assert_eq!(std::fs::read_to_string(w.ws.join("logs/runs.log")).unwrap(), "run\n");
+    // Control: proposed again and approved, it runs.
+    let again = hold(&w, &p, "echo again | tee -a logs/runs.log");
+    let o = w.tx(&["approve", &again, "--resume"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(
+        std::fs::read_to_string(w.ws.join("logs/runs.log")).unwrap(),
+        "run\nagain\n"
     );
-    let mut o = o;
-    o.kill().unwrap();
-    o.wait().unwrap();
 }
 
 #[test]
@@ -707,6 +710,84 @@ fn a_run_in_progress_cannot_change_what_an_approval_binds_unseen() {
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     // Control: what the run swapped in is what bash would have run.
     std::fs::remove_file(w.ws.join("pwned")).unwrap();
+    let c = w.control("bash deploy.sh");
+    assert!(c.status.success(), "control: {}", text(&c));
+    assert!(exists(&w.ws.join("pwned")), "control: {}", text(&c));
+}
+
+/// `deploy.sh` rewritten in place to `touch pwned`, same size, its
+/// modification time put back: unseen by a `stat` of it.
+const SWAP_UNSEEN: &str =
+    "touch -r deploy.sh /tmp/ref && printf '%-26s\\n' 'touch pwned' 1<> deploy.sh && touch -r /tmp/ref deploy.sh";
+
+/// `bash deploy.sh` held (no preview) and approved, `deploy.sh` as it is.
+fn held_deploy_as_is(w: &World) -> String {
+    let p =
+        w.policy("require_approval_for = [{ prefix = \"bash deploy.sh\", preview = false }]\ndefault = \"allow\"\n");
+    let o = w.tx(&["run", "--policy", p.to_str().unwrap(), "--", "bash", "deploy.sh"]);
+    assert_eq!(o.status.code(), Some(75), "{}", text(&o));
+    let id = held_id(&String::from_utf8_lossy(&o.stderr));
+    let a = w.tx(&["approve", &id]);
+    assert!(a.status.success(), "{}", text(&a));
+    id
+}
+
+#[test]
+fn a_run_whose_launcher_was_killed_still_voids_the_approval() {
+    // The run's end moves the generation on; killed (SIGKILL, as a
+    // harness's timeout does), its launcher never got there. The next start
+    // finds its pending check no longer held and counts the run then.
+    use std::io::{BufRead, Write};
+    let w = World::new();
+    w.write("deploy.sh", "echo fine ################\n");
+    let mut run = w
+        .command(&[
+            "run",
+            "-c",
+            &format!("read go; {SWAP_UNSEEN} && echo swapped && sleep 300"),
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let id = held_deploy_as_is(&w);
+    let mut to_run = run.stdin.take().unwrap();
+    to_run.write_all(b"go\n").unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(run.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line, "swapped\n");
+    run.kill().unwrap();
+    run.wait().unwrap();
+    let o = w.tx(&["resume", &id]);
+    assert!(!exists(&w.ws.join("pwned")), "the swapped script ran: {}", text(&o));
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    assert!(text(&o).contains("workspace generation changed"), "{}", text(&o));
+    // Control: what the run swapped in is what bash would have run.
+    let c = w.control("bash deploy.sh");
+    assert!(c.status.success(), "control: {}", text(&c));
+    assert!(exists(&w.ws.join("pwned")), "control: {}", text(&c));
+}
+
+#[test]
+fn a_run_in_a_folder_of_the_workspace_voids_its_approvals() {
+    // The generation is the workspace's and every overlapping one's: a run
+    // whose workspace is a folder of it (or one holding it) writes there too.
+    let w = World::new();
+    std::fs::create_dir(w.ws.join("sub")).unwrap();
+    std::fs::write(w.ws.join("sub/lib.sh"), "echo fine ################\n").unwrap();
+    std::fs::write(w.ws.join("deploy.sh"), "source sub/lib.sh #########\n").unwrap();
+    let id = held_deploy_as_is(&w);
+    let swap = "touch -r lib.sh /tmp/ref && printf '%-26s\\n' 'touch pwned' 1<> lib.sh && touch -r /tmp/ref lib.sh";
+    let o = w.tx(&["run", "--workspace", w.ws.join("sub").to_str().unwrap(), "-c", swap]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let o = w.tx(&["resume", &id]);
+    assert!(!exists(&w.ws.join("pwned")), "the swapped script ran: {}", text(&o));
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    assert!(text(&o).contains("workspace generation changed"), "{}", text(&o));
+    // Control: what the run swapped in is what bash would have run.
     let c = w.control("bash deploy.sh");
     assert!(c.status.success(), "control: {}", text(&c));
     assert!(exists(&w.ws.join("pwned")), "control: {}", text(&c));

@@ -2535,6 +2535,82 @@ fn a_file_of_the_git_directory_never_lands_with_a_second_name() {
 }
 
 #[test]
+fn a_repository_the_run_makes_never_lands_a_control_file_with_a_second_name() {
+    // A repository a run makes is the person's in the next run, its config
+    // read-only there; landed with a second name, that name would let the
+    // next run write it in place (and plant `core.fsmonitor`).
+    let w = World::new();
+    committed_repository(&w);
+    let script = "git init -q sub && ln sub/.git/config cfg && ln sub/.git/HEAD head && echo LINKED";
+    let o = w.run_policy("overlay = true\non_violation = \"drop\"\n", script);
+    assert!(stdout(&o).contains("LINKED"), "{}", text(&o));
+    assert!(!same_file(&w, "sub/.git/config", "cfg"), "{}", text(&o));
+    assert!(!same_file(&w, "sub/.git/HEAD", "head"), "{}", text(&o));
+    assert!(exists(&w.ws.join("sub/.git/objects")), "the rest landed: {}", text(&o));
+    assert!(text(&o).contains("another hard link"), "{}", text(&o));
+    let marker = w.outside.join("fsmonitor-ran");
+    let plant = |cfg: &str| {
+        format!(
+            "[ ! -e {cfg} ] || printf '[core]\\n\\tfsmonitor = \"touch {}; false\"\\n' >> {cfg}; echo DONE",
+            marker.display()
+        )
+    };
+    let o = w.run(&plant("cfg"));
+    assert!(stdout(&o).contains("DONE"), "{}", text(&o));
+    if exists(&w.ws.join("sub/.git/HEAD")) {
+        host_git(&w, &["-C", "sub", "status"]);
+    }
+    assert!(
+        !exists(&marker),
+        "the host's git ran what the run planted: {}",
+        text(&o)
+    );
+    // Control: without the sandbox, the link and the planted line are git's.
+    let c = w.control(&format!(
+        "git init -q ctl && ln ctl/.git/config ctlcfg && {}",
+        plant("ctlcfg")
+    ));
+    assert!(c.status.success(), "control: {}", text(&c));
+    host_git(&w, &["-C", "ctl", "status"]);
+    assert!(exists(&marker), "control: {}", text(&c));
+}
+
+#[test]
+fn a_control_file_with_another_hard_link_refuses_writable_runs() {
+    // A read-only mount covers one name: through the other, a run would
+    // write the config (or a hook) git obeys.
+    let w = World::new();
+    committed_repository(&w);
+    let marker = w.outside.join("fsmonitor-ran");
+    let plant = format!(
+        "printf '[core]\\n\\tfsmonitor = \"touch {}; false\"\\n' >> cfg && echo PLANTED",
+        marker.display()
+    );
+    for control in [".git/config", ".git/hooks/pre-commit"] {
+        let target = w.ws.join(control);
+        if !exists(&target) {
+            std::fs::write(&target, "#!/bin/sh\n").unwrap();
+        }
+        std::fs::hard_link(&target, w.ws.join("cfg")).unwrap();
+        let before = std::fs::read(&target).unwrap();
+        let o = w.run(&plant);
+        assert_eq!(std::fs::read(&target).unwrap(), before, "{control}: {}", text(&o));
+        assert!(!stdout(&o).contains("PLANTED"), "{}", text(&o));
+        assert_eq!(o.status.code(), Some(125), "{}", text(&o));
+        assert!(text(&o).contains("other hard links"), "{}", text(&o));
+        assert!(text(&o).contains(control), "names the file: {}", text(&o));
+        std::fs::remove_file(w.ws.join("cfg")).unwrap();
+    }
+    assert!(w.run("touch ran").status.success(), "a name of its own again");
+    // Control: without the sandbox the write through the link is git's.
+    std::fs::hard_link(w.ws.join(".git/config"), w.ws.join("cfg")).unwrap();
+    let c = w.control(&plant);
+    assert!(c.status.success(), "control: {}", text(&c));
+    host_git(&w, &["status"]);
+    assert!(exists(&marker), "control: {}", text(&c));
+}
+
+#[test]
 fn an_index_with_another_hard_link_refuses_writable_runs() {
     // Through another name in the workspace a run would write the index in
     // place (or map it and change it after a later run read it, its times

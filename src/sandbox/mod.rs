@@ -171,6 +171,9 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state:
     } else {
         Default::default()
     };
+    let git_control_linked = (policy.profile() == crate::policy::Profile::WorkspaceWrite)
+        .then(|| crate::workspace::linked_control_file(workspace, &git.dirs))
+        .flatten();
     let mut policy_parents: Vec<PathBuf> = Vec::new();
     for f in policy_files_in_workspace.iter().chain(&git_includes.files) {
         for a in f
@@ -222,6 +225,7 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state:
         secret_files: secrets.hidden,
         env_secrets: secrets.env,
         protected_present,
+        git_control_linked,
         git_index_unreadable: git.index_unreadable.then(|| {
             // Past the most indexes read, none in particular: the workspace's.
             git.unreadable_indexes

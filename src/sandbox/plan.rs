@@ -353,6 +353,9 @@ pub struct HostFacts {
     /// could not be read with confidence: the repositories it names (which
     /// git obeys) are unknown.
     pub git_index_unreadable: Option<PathBuf>,
+    /// A control file of a git directory of the workspace with other hard
+    /// links (`workspace::linked_control_file`).
+    pub git_control_linked: Option<PathBuf>,
     /// The workspace has a `HEAD` at its top (see [`CreateGuard`]).
     pub head_at_top: bool,
     /// The workspace has a `.git` at its top (a repository, a worktree's or
@@ -436,6 +439,8 @@ pub enum PlanError {
     GitConfigUnreadable(String),
     #[error("the git index {} cannot be read with confidence (a split index, offset tables, names git refuses, damage, or other hard links, through which a run could write it in place), so the repositories it names, whose config git obeys, cannot be protected; a writable run is refused. Rewrite it: `git update-index --no-split-index` (or `rm .git/index && git reset`); with other hard links, give it a name of its own (copy it, then rename the copy over it)", .0.display())]
     GitIndexUnreadable(PathBuf),
+    #[error("{} has other hard links: a read-only mount covers one name, and through another in the workspace a run would write what git obeys (a hook, its config) in place; a writable run is refused. Give it a name of its own (copy it, then rename the copy over it), or make the other name a symlink", .0.display())]
+    GitControlLinked(PathBuf),
 }
 
 /// The directory trees `writable_globs` allow, relative to the workspace
@@ -536,6 +541,9 @@ pub fn build(
     let writable = policy.profile() == Profile::WorkspaceWrite;
     if let (Some(index), true) = (&facts.git_index_unreadable, writable) {
         return Err(PlanError::GitIndexUnreadable(index.clone()));
+    }
+    if let (Some(file), true) = (&facts.git_control_linked, writable) {
+        return Err(PlanError::GitControlLinked(file.clone()));
     }
     if let (Some(why), true) = (&facts.git_includes_unreadable, writable) {
         return Err(PlanError::GitConfigUnreadable(why.clone()));

@@ -260,36 +260,84 @@ pub fn read_planted(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
     Ok(out)
 }
 
-fn generation_file(state_dir: &Path, workspace: &Path) -> PathBuf {
-    let id = crate::policy::hex(&Sha256::digest(workspace.as_os_str().as_bytes()));
-    state_dir.join("generations").join(&id[..32])
+fn generations_dir(state_dir: &Path) -> PathBuf {
+    state_dir.join("generations")
 }
 
-/// How many writable runs have happened in this workspace (0 if none).
+/// What names a workspace in the state directory: the first half of the
+/// digest of its path.
+fn workspace_id(workspace: &Path) -> String {
+    let id = crate::policy::hex(&Sha256::digest(workspace.as_os_str().as_bytes()));
+    id[..32].to_string()
+}
+
+fn generation_file(state_dir: &Path, workspace: &Path) -> PathBuf {
+    generations_dir(state_dir).join(workspace_id(workspace))
+}
+
+/// Whether a run in one of the workspaces `a` and `b` can change the other:
+/// one is the other or holds it.
+fn overlap(a: &Path, b: &Path) -> bool {
+    a.starts_with(b) || b.starts_with(a)
+}
+
+/// How many writable runs have happened in this workspace or in one that
+/// overlaps it (a folder of it, or one holding it: a run there writes here
+/// too), 0 if none. Each workspace counts its own runs in a file of its own
+/// (see [`bump_generation`]), which names it after its count; one that does
+/// not (written by an earlier version) is this workspace's only if its file
+/// name is.
 pub fn generation(state_dir: &Path, workspace: &Path) -> u64 {
-    let Ok(mut f) = std::fs::File::open(generation_file(state_dir, workspace)) else {
+    let Ok(rd) = std::fs::read_dir(generations_dir(state_dir)) else {
         return 0;
     };
-    // Shared lock: never read a bump half-written.
-    if f.lock_shared().is_err() {
-        return unreadable_generation();
+    let own = workspace_id(workspace);
+    let mut sum: u64 = 0;
+    for e in rd {
+        let Ok(e) = e else {
+            return unreadable_generation();
+        };
+        let Ok(mut f) = std::fs::File::open(e.path()) else {
+            return unreadable_generation();
+        };
+        // Shared lock: never read a bump half-written.
+        if f.lock_shared().is_err() {
+            return unreadable_generation();
+        }
+        let (count, path) = read_generation(&mut f);
+        let counts = match path {
+            Some(p) => overlap(&p, workspace),
+            None => e.file_name() == own.as_str(),
+        };
+        if counts {
+            sum = sum.saturating_add(count);
+        }
     }
-    read_generation(&mut f)
+    sum
 }
 
 /// Width of the counter on disk: rewritten in place, always the same length.
 const GENERATION_WIDTH: usize = 20;
 
-fn read_generation(f: &mut std::fs::File) -> u64 {
+/// (the count, the workspace it counts runs of). A file that cannot be read
+/// counts as unreadable.
+fn read_generation(f: &mut std::fs::File) -> (u64, Option<PathBuf>) {
     use std::io::{Read, Seek};
-    let mut text = String::new();
-    if f.rewind().is_err() || f.read_to_string(&mut text).is_err() {
-        return unreadable_generation();
+    let mut bytes = Vec::new();
+    if f.rewind().is_err() || f.read_to_end(&mut bytes).is_err() {
+        return (unreadable_generation(), None);
     }
-    match text.trim() {
-        "" => 0,
-        t => t.parse().unwrap_or_else(|_| unreadable_generation()),
-    }
+    let (count, path) = match bytes.iter().position(|&b| b == b'\n') {
+        Some(i) => (&bytes[..i], &bytes[i + 1..]),
+        None => (&bytes[..], &[][..]),
+    };
+    let count = match std::str::from_utf8(count).map(str::trim) {
+        Ok("") => 0,
+        Ok(t) => t.parse().unwrap_or_else(|_| unreadable_generation()),
+        Err(_) => unreadable_generation(),
+    };
+    let path = (!path.is_empty()).then(|| PathBuf::from(std::ffi::OsStr::from_bytes(path)));
+    (count, path)
 }
 
 /// A damaged counter must never read as an old value an approval could be
@@ -300,14 +348,18 @@ fn unreadable_generation() -> u64 {
         .map_or(u64::MAX / 2, |d| d.as_nanos() as u64)
 }
 
-/// Count one more writable run. The counter is rewritten in place under an
-/// exclusive lock (a temp file renamed over it made ext4 flush the data on
-/// every run: ~0.2 ms); a torn write reads as unreadable, hence as new.
+/// Count one more writable run in `workspace`. The counter is rewritten in
+/// place under an exclusive lock (a temp file renamed over it made ext4
+/// flush the data on every run: ~0.2 ms), the workspace's path after it,
+/// written once; a torn write reads as unreadable, hence as new.
 pub fn bump_generation(state_dir: &Path, workspace: &Path) -> Result<u64, WorkspaceError> {
+    bump_generation_file(&generation_file(state_dir, workspace), Some(workspace))
+}
+
+fn bump_generation_file(path: &Path, workspace: Option<&Path>) -> Result<u64, WorkspaceError> {
     use std::os::unix::fs::FileExt;
-    let path = generation_file(state_dir, workspace);
     let err = |e| WorkspaceError::Generation {
-        path: path.clone(),
+        path: path.to_path_buf(),
         source: e,
     };
     std::fs::create_dir_all(path.parent().expect("has a parent")).map_err(err)?;
@@ -316,12 +368,17 @@ pub fn bump_generation(state_dir: &Path, workspace: &Path) -> Result<u64, Worksp
         .write(true)
         .create(true)
         .truncate(false)
-        .open(&path)
+        .open(path)
         .map_err(err)?;
     f.lock().map_err(err)?;
-    let next = read_generation(&mut f).saturating_add(1);
-    f.write_all_at(format!("{next:0GENERATION_WIDTH$}\n").as_bytes(), 0)
-        .map_err(err)?;
+    let (count, named) = read_generation(&mut f);
+    let next = count.saturating_add(1);
+    let line = format!("{next:0GENERATION_WIDTH$}\n");
+    f.write_all_at(line.as_bytes(), 0).map_err(err)?;
+    if let (None, Some(ws)) = (named, workspace) {
+        f.write_all_at(ws.as_os_str().as_bytes(), line.len() as u64)
+            .map_err(err)?;
+    }
     Ok(next)
 }
 
@@ -542,15 +599,55 @@ mod tests {
             "a live run's check was taken"
         );
         assert!(writable_run_in_progress(s.path(), ws.path()));
-        // Its launcher gone (the lock let go with it): not in progress, and
-        // the next start does the check and removes it.
+        // Its launcher gone (the lock let go with it), its end never
+        // counted: it counts as in progress until the next start does the
+        // check, moves the generation on and removes it.
         drop(check);
-        assert!(!writable_run_in_progress(s.path(), ws.path()), "a dead launcher's run");
+        assert!(writable_run_in_progress(s.path(), ws.path()), "a dead launcher's run");
+        assert_eq!(generation(s.path(), ws.path()), 0);
         recover_pending_checks(s.path());
         assert!(!pending_dir(s.path()).join(&dead).exists());
-        let done = PendingCheck::record(s.path(), ws.path(), &empty()).unwrap();
-        done.done();
-        assert!(!writable_run_in_progress(s.path(), ws.path()), "a finished run");
+        assert!(!writable_run_in_progress(s.path(), ws.path()));
+        assert_eq!(generation(s.path(), ws.path()), 1, "the interrupted run counted");
+        // A run in a folder of the workspace, or in one holding it, can
+        // change it too; one beside it cannot.
+        let inner = ws.path().join("sub");
+        let outer = ws.path().parent().unwrap();
+        for (at, counts) in [(inner.as_path(), true), (outer, true), (other, false)] {
+            let c = PendingCheck::record(s.path(), at, &empty()).unwrap();
+            assert_eq!(
+                writable_run_in_progress(s.path(), ws.path()),
+                counts,
+                "{}",
+                at.display()
+            );
+            c.done();
+        }
+        assert!(!writable_run_in_progress(s.path(), ws.path()), "finished runs");
+    }
+
+    #[test]
+    fn a_workspace_counts_the_runs_of_every_workspace_overlapping_it() {
+        let s = tempfile::tempdir().unwrap();
+        let ws = Path::new("/p/ws");
+        assert_eq!(generation(s.path(), ws), 0);
+        bump_generation(s.path(), Path::new("/p/ws/sub")).unwrap();
+        assert_eq!(generation(s.path(), ws), 1, "a run in a folder of it");
+        bump_generation(s.path(), Path::new("/p")).unwrap();
+        assert_eq!(generation(s.path(), ws), 2, "a run in one holding it");
+        bump_generation(s.path(), Path::new("/p/ws2")).unwrap();
+        bump_generation(s.path(), Path::new("/q")).unwrap();
+        assert_eq!(generation(s.path(), ws), 2, "runs beside it");
+        bump_generation(s.path(), ws).unwrap();
+        assert_eq!(generation(s.path(), ws), 3);
+        assert_eq!(generation(s.path(), Path::new("/p/ws2")), 2);
+        // A counter an earlier version wrote (no path after it) is the
+        // workspace's its name says.
+        std::fs::write(generation_file(s.path(), Path::new("/p/old")), format!("{:020}\n", 5)).unwrap();
+        assert_eq!(generation(s.path(), Path::new("/p/old")), 6, "its own 5 and /p's 1");
+        assert_eq!(generation(s.path(), ws), 3, "another's, by name");
+        assert_eq!(bump_generation(s.path(), Path::new("/p/old")).unwrap(), 6);
+        assert_eq!(generation(s.path(), Path::new("/p/old/x")), 7, "named once bumped");
     }
 
     #[test]
@@ -1591,14 +1688,45 @@ pub struct PendingCheck {
     _locked: std::fs::File,
 }
 
-/// What names a workspace in the file names of its pending checks.
-fn workspace_tag(workspace: &Path) -> String {
-    let id = crate::policy::hex(&Sha256::digest(workspace.as_os_str().as_bytes()));
-    format!("-{}.json", &id[..32])
+/// A control file of one of the git directories `dirs` (relative to the
+/// workspace `root`) with other hard links: `config`, `config.worktree`,
+/// `commondir`, a hook. A read-only mount covers one name; through another
+/// in the workspace a writable run would write the file in place.
+pub fn linked_control_file(root: &Path, dirs: &[PathBuf]) -> Option<PathBuf> {
+    let linked = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file() && m.nlink() > 1);
+    for d in dirs {
+        let d = root.join(d);
+        for c in GIT_CONTROL.iter().filter(|c| **c != "hooks") {
+            let p = d.join(c);
+            if linked(&p) {
+                return Some(p);
+            }
+        }
+        if let Ok(rd) = std::fs::read_dir(d.join("hooks")) {
+            for e in rd.flatten() {
+                if e.metadata().is_ok_and(|m| m.is_file() && m.nlink() > 1) {
+                    return Some(e.path());
+                }
+            }
+        }
+    }
+    None
 }
 
-/// Whether a writable run in `workspace` is in progress now: its launcher
-/// still holds its pending check (a run whose launcher died is not).
+/// How the file name of a pending check of `workspace` ends (its
+/// generation file's name: a check whose record cannot be read still says
+/// whose generation its recovery moves on).
+fn workspace_tag(workspace: &Path) -> String {
+    format!("-{}.json", workspace_id(workspace))
+}
+
+/// A pending check being written: not yet under its name.
+const PENDING_TEMP_PREFIX: &str = "tmp-";
+
+/// Whether a writable run that can change `workspace` (in it, in a folder
+/// of it, or in one holding it) is in progress now: its launcher still
+/// holds its pending check. One whose launcher died and whose check is not
+/// done yet counts too: its recovery moves the generation on.
 ///
 /// An approval binds the workspace as one `stat` of every entry sees it,
 /// and a run that ends moves the workspace's generation on. A run still in
@@ -1606,30 +1734,32 @@ fn workspace_tag(workspace: &Path) -> String {
 /// mapping made before the hold (the kernel sets a file's times at the
 /// first write to a clean page only), or by writing it and setting its
 /// modification time back. So no approval is used while one is in
-/// progress. A pending check that cannot be looked at counts as a run in
-/// progress.
+/// progress. A pending check that cannot be read counts as such a run.
 pub fn writable_run_in_progress(state: &Path, workspace: &Path) -> bool {
     let rd = match std::fs::read_dir(pending_dir(state)) {
         Ok(rd) => rd,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return false,
         Err(_) => return true,
     };
-    let tag = workspace_tag(workspace);
     for e in rd {
         let Ok(e) = e else { return true };
-        if !e.file_name().as_bytes().ends_with(tag.as_bytes()) {
+        if e.file_name().as_bytes().starts_with(PENDING_TEMP_PREFIX.as_bytes()) {
+            // Not yet under its name: that run's command has not started.
             continue;
         }
-        let f = match std::fs::File::open(e.path()) {
-            Ok(f) => f,
+        let bytes = match std::fs::read(e.path()) {
+            Ok(b) => b,
             // Done meanwhile.
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(_) => return true,
         };
-        match f.try_lock() {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => return true,
-            Err(std::fs::TryLockError::Error(_)) => return true,
+        #[derive(serde::Deserialize)]
+        struct Whose {
+            workspace: Vec<u8>,
+        }
+        match serde_json::from_slice::<Whose>(&bytes) {
+            Ok(r) if !overlap(Path::new(std::ffi::OsStr::from_bytes(&r.workspace)), workspace) => {}
+            _ => return true,
         }
     }
     false
@@ -1652,7 +1782,9 @@ impl PendingCheck {
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
-        let path = dir.join(format!("{}-{nanos}{}", std::process::id(), workspace_tag(workspace)));
+        let name = format!("{}-{nanos}{}", std::process::id(), workspace_tag(workspace));
+        let path = dir.join(&name);
+        let temp = dir.join(format!("{PENDING_TEMP_PREFIX}{name}"));
         let text = serde_json::to_vec(&PendingRecord {
             workspace: path_bytes(workspace),
             before: before.clone(),
@@ -1669,11 +1801,14 @@ impl PendingCheck {
                 .write(true)
                 .create_new(true)
                 .mode(0o600)
-                .open(&path)?;
-            // Locked before it says anything: the run is in progress from
-            // here (its command starts only after this returns).
+                .open(&temp)?;
+            // Locked and whole before it is under its name: no start takes
+            // it for a dead launcher's (see `recover_pending_checks`). The
+            // run is in progress from here (its command starts only after
+            // this returns).
             f.lock()?;
             f.write_all(&text)?;
+            std::fs::rename(&temp, &path)?;
             Ok(f)
         };
         let locked = write().map_err(|e| WorkspaceError::Read {
@@ -1697,25 +1832,49 @@ pub fn recover_pending_checks(state: &Path) -> Vec<String> {
     };
     for e in rd.flatten() {
         let name = e.file_name();
-        let pid = name
-            .to_str()
-            .and_then(|n| n.split('-').next())
-            .and_then(|p| p.parse::<u32>().ok());
-        if pid.is_some_and(|p| p == std::process::id() || Path::new(&format!("/proc/{p}")).exists()) {
-            continue;
-        }
-        // Its launcher's lock is the surer sign of life (a pid can be of
-        // another namespace's process); held here, another start skips it.
+        // Its launcher holds it while it lives (a pid says less: it can be
+        // reused, or of another namespace's process); held here, another
+        // start skips it.
         let Ok(mut file) = std::fs::File::open(e.path()) else {
             continue;
         };
         if file.try_lock().is_err() {
             continue;
         }
+        if name.as_bytes().starts_with(PENDING_TEMP_PREFIX.as_bytes()) {
+            // A launcher killed while writing it: its command never started.
+            let old = e
+                .metadata()
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t.elapsed().is_ok_and(|d| d > std::time::Duration::from_secs(60)));
+            if old {
+                let _ = std::fs::remove_file(e.path());
+            }
+            continue;
+        }
         let mut bytes = Vec::new();
         let record = std::io::Read::read_to_end(&mut file, &mut bytes)
             .ok()
             .and_then(|_| serde_json::from_slice::<PendingRecord>(&bytes).ok());
+        // Its run ended without its launcher: approvals bound to the
+        // workspace before it no longer hold (its end never counted it).
+        let generation = match &record {
+            Some(r) => bump_generation(state, &bytes_path(r.workspace.clone())),
+            None => {
+                let id = name.as_bytes().rsplit(|&b| b == b'-').next().unwrap_or_default();
+                let id = id.strip_suffix(b".json").unwrap_or(id);
+                if id.len() == 32 && id.iter().all(u8::is_ascii_hexdigit) {
+                    bump_generation_file(&generations_dir(state).join(std::ffi::OsStr::from_bytes(id)), None)
+                } else {
+                    Ok(0)
+                }
+            }
+        };
+        if let Err(err) = generation {
+            // Left for the next start: until then it counts as in progress.
+            report.push(format!("could not count an interrupted run: {err}"));
+            continue;
+        }
         if let Some(r) = record {
             let workspace = bytes_path(r.workspace);
             match enforce_protected(&workspace, &r.before, state) {

@@ -1376,12 +1376,26 @@ impl Planner<'_> {
         } else {
             &[]
         };
+        // Or one the run made (with a HEAD, as git has it), which is the
+        // person's in the next run.
+        let upper = &self.upper;
+        let made = |d: &Path| {
+            let head = d.join("HEAD");
+            std::fs::symlink_metadata(upper.join(&head)).is_ok() || std::fs::symlink_metadata(ws.join(&head)).is_ok()
+        };
         let git_dir = self
             .git_dirs
             .iter()
             .copied()
             .chain(known.iter().map(PathBuf::as_path))
-            .find(|d| rel.starts_with(d));
+            .find(|d| rel.starts_with(d))
+            .map(Path::to_path_buf)
+            .or_else(|| {
+                rel.ancestors()
+                    .skip(1)
+                    .find(|d| !d.as_os_str().is_empty() && made(d))
+                    .map(Path::to_path_buf)
+            });
         let Some(d) = git_dir else {
             return true;
         };
