@@ -252,6 +252,19 @@ mod tests {
         std::fs::read(dir.join(".git/index")).unwrap()
     }
 
+    /// A repository whose index (just written) names the gitlink
+    /// `vendor/x`: (its temporary directory, git directory, index, and the
+    /// cache directory beside it).
+    fn repository_naming_vendor_x() -> (tempfile::TempDir, PathBuf, PathBuf, PathBuf) {
+        let tmp = tempfile::tempdir().unwrap();
+        let git_dir = tmp.path().join("repo/.git");
+        std::fs::create_dir_all(&git_dir).unwrap();
+        let index = git_dir.join("index");
+        let cache_dir = tmp.path().join("state/gitlinks");
+        std::fs::write(&index, index_with_gitlink(&tmp.path().join("x"), "vendor/x")).unwrap();
+        (tmp, git_dir, index, cache_dir)
+    }
+
     /// [`gitlinks`] as a new process calls it: nothing remembered.
     fn in_a_new_process(dir: &Path, index: &Path, git_dir: &Path) -> Option<Vec<PathBuf>> {
         super::super::forget();
@@ -265,12 +278,7 @@ mod tests {
 
     #[test]
     fn an_index_is_kept_once_old_enough_and_read_again_once_changed() {
-        let tmp = tempfile::tempdir().unwrap();
-        let git_dir = tmp.path().join("repo/.git");
-        std::fs::create_dir_all(&git_dir).unwrap();
-        let index = git_dir.join("index");
-        let cache_dir = tmp.path().join("state/gitlinks");
-        std::fs::write(&index, index_with_gitlink(&tmp.path().join("x"), "vendor/x")).unwrap();
+        let (tmp, git_dir, index, cache_dir) = repository_naming_vendor_x();
         // Just written: racy, read but not kept.
         assert_eq!(
             in_a_new_process(&cache_dir, &index, &git_dir),
@@ -314,12 +322,7 @@ mod tests {
     fn an_index_with_another_name_is_neither_kept_nor_read() {
         // Through the other name a run could map the file and change it
         // after this read without moving its times (see the module docs).
-        let tmp = tempfile::tempdir().unwrap();
-        let git_dir = tmp.path().join("repo/.git");
-        std::fs::create_dir_all(&git_dir).unwrap();
-        let index = git_dir.join("index");
-        let cache_dir = tmp.path().join("state/gitlinks");
-        std::fs::write(&index, index_with_gitlink(&tmp.path().join("x"), "vendor/x")).unwrap();
+        let (tmp, git_dir, index, cache_dir) = repository_naming_vendor_x();
         age_past_margin();
         assert_eq!(
             in_a_new_process(&cache_dir, &index, &git_dir),
