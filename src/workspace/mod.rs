@@ -284,9 +284,9 @@ fn overlap(a: &Path, b: &Path) -> bool {
 /// How many writable runs have happened in this workspace or in one that
 /// overlaps it (a folder of it, or one holding it: a run there writes here
 /// too), 0 if none. Each workspace counts its own runs in a file of its own
-/// (see [`bump_generation`]), which names it after its count; one that does
-/// not (written by an earlier version) is this workspace's only if its file
-/// name is.
+/// (see [`bump_generation`]), its path after the count; a file without one
+/// (written by an earlier version) counts only for the workspace its name
+/// is the digest of.
 pub fn generation(state_dir: &Path, workspace: &Path) -> u64 {
     let Ok(rd) = std::fs::read_dir(generations_dir(state_dir)) else {
         return 0;
