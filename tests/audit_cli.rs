@@ -339,11 +339,16 @@ fn a_hold_whose_preview_cannot_start_is_still_on_record() {
 fn a_reader_that_stops_early_ends_audit_show_quietly() {
     let w = World::new();
     populate(&w, 2);
+    // As `| head -0` would: the reading end is gone before anything is
+    // written (closed before the process starts, not raced with it).
+    let (read_end, write_end) = nix::unistd::pipe().unwrap();
+    drop(read_end);
     let mut c = w.command(&["audit", "show", "--json"]);
-    let mut child = c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    // As `| head -0` would: the reading end is gone before anything is written.
-    drop(child.stdout.take());
-    let o = child.wait_with_output().unwrap();
+    let o = c
+        .stdout(Stdio::from(write_end))
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!err.contains("panicked"), "{err}");
     assert_eq!(err, "", "nothing to say about a reader that had enough");
