@@ -715,10 +715,24 @@ fn a_run_in_progress_cannot_change_what_an_approval_binds_unseen() {
     assert!(exists(&w.ws.join("pwned")), "control: {}", text(&c));
 }
 
-/// `deploy.sh` rewritten in place to `touch pwned`, same size, its
-/// modification time put back: unseen by a `stat` of it.
-const SWAP_UNSEEN: &str =
-    "touch -r deploy.sh /tmp/ref && printf '%-26s\\n' 'touch pwned' 1<> deploy.sh && touch -r /tmp/ref deploy.sh";
+/// `file` rewritten in place to `touch pwned`, same size, its modification
+/// time put back: unseen by a `stat` of it.
+fn swap_unseen(file: &str) -> String {
+    format!("touch -r {file} /tmp/ref && printf '%-26s\\n' 'touch pwned' 1<> {file} && touch -r /tmp/ref {file}")
+}
+
+/// After a run swapped what `bash deploy.sh` runs: the approval `id` no
+/// longer applies (the generation moved on) and nothing of the swap ran;
+/// the control shows the swap is what bash would have run.
+fn resume_refuses_the_swap(w: &World, id: &str) {
+    let o = w.tx(&["resume", id]);
+    assert!(!exists(&w.ws.join("pwned")), "the swapped script ran: {}", text(&o));
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    assert!(text(&o).contains("workspace generation changed"), "{}", text(&o));
+    let c = w.control("bash deploy.sh");
+    assert!(c.status.success(), "control: {}", text(&c));
+    assert!(exists(&w.ws.join("pwned")), "control: {}", text(&c));
+}
 
 /// `bash deploy.sh` held (no preview) and approved, `deploy.sh` as it is.
 fn held_deploy_as_is(w: &World) -> String {
@@ -744,7 +758,7 @@ fn a_run_whose_launcher_was_killed_still_voids_the_approval() {
         .command(&[
             "run",
             "-c",
-            &format!("read go; {SWAP_UNSEEN} && echo swapped && sleep 300"),
+            &format!("read go; {} && echo swapped && sleep 300", swap_unseen("deploy.sh")),
         ])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -761,14 +775,7 @@ fn a_run_whose_launcher_was_killed_still_voids_the_approval() {
     assert_eq!(line, "swapped\n");
     run.kill().unwrap();
     run.wait().unwrap();
-    let o = w.tx(&["resume", &id]);
-    assert!(!exists(&w.ws.join("pwned")), "the swapped script ran: {}", text(&o));
-    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
-    assert!(text(&o).contains("workspace generation changed"), "{}", text(&o));
-    // Control: what the run swapped in is what bash would have run.
-    let c = w.control("bash deploy.sh");
-    assert!(c.status.success(), "control: {}", text(&c));
-    assert!(exists(&w.ws.join("pwned")), "control: {}", text(&c));
+    resume_refuses_the_swap(&w, &id);
 }
 
 #[test]
@@ -780,15 +787,8 @@ fn a_run_in_a_folder_of_the_workspace_voids_its_approvals() {
     std::fs::write(w.ws.join("sub/lib.sh"), "echo fine ################\n").unwrap();
     std::fs::write(w.ws.join("deploy.sh"), "source sub/lib.sh #########\n").unwrap();
     let id = held_deploy_as_is(&w);
-    let swap = "touch -r lib.sh /tmp/ref && printf '%-26s\\n' 'touch pwned' 1<> lib.sh && touch -r /tmp/ref lib.sh";
-    let o = w.tx(&["run", "--workspace", w.ws.join("sub").to_str().unwrap(), "-c", swap]);
+    let swap = swap_unseen("lib.sh");
+    let o = w.tx(&["run", "--workspace", w.ws.join("sub").to_str().unwrap(), "-c", &swap]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    let o = w.tx(&["resume", &id]);
-    assert!(!exists(&w.ws.join("pwned")), "the swapped script ran: {}", text(&o));
-    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
-    assert!(text(&o).contains("workspace generation changed"), "{}", text(&o));
-    // Control: what the run swapped in is what bash would have run.
-    let c = w.control("bash deploy.sh");
-    assert!(c.status.success(), "control: {}", text(&c));
-    assert!(exists(&w.ws.join("pwned")), "control: {}", text(&c));
+    resume_refuses_the_swap(&w, &id);
 }

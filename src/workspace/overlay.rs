@@ -1278,6 +1278,25 @@ fn is_opaque(p: &Path) -> bool {
 }
 
 impl Planner<'_> {
+    /// A git directory is one with a HEAD, before the run or made by it.
+    fn has_head(&self, d: &Path) -> bool {
+        let head = d.join("HEAD");
+        std::fs::symlink_metadata(self.upper.join(&head)).is_ok()
+            || std::fs::symlink_metadata(self.ws.join(&head)).is_ok()
+    }
+
+    /// The git directories known before the run: those captured as
+    /// overlays of their own, else (a capture of the whole workspace) the
+    /// workspace's layout, read at the first call.
+    fn known_git_dirs(&self) -> impl Iterator<Item = &Path> {
+        let known: &[PathBuf] = if self.git_dirs.is_empty() {
+            &self.layout.get_or_init(|| layout_before(self.ws)).dirs
+        } else {
+            &[]
+        };
+        self.git_dirs.iter().copied().chain(known.iter().map(PathBuf::as_path))
+    }
+
     fn judge(&mut self, rel: &Path, what: &str) -> bool {
         let r = rel.to_string_lossy();
         if let Some(p) = self.globs.get().protected_by(&r) {
@@ -1303,28 +1322,13 @@ impl Planner<'_> {
                 return false;
             }
         }
-        // A git directory is one with a HEAD, before the run or made by it.
-        let has_head = |d: &Path| {
-            let head = d.join("HEAD");
-            std::fs::symlink_metadata(self.upper.join(&head)).is_ok()
-                || std::fs::symlink_metadata(self.ws.join(&head)).is_ok()
-        };
-        let known: &[PathBuf] = if self.git_dirs.is_empty() {
-            &self.layout.get_or_init(|| layout_before(ws)).dirs
-        } else {
-            &[]
-        };
-        let git_dir = self
-            .git_dirs
-            .iter()
-            .copied()
-            .chain(known.iter().map(PathBuf::as_path))
-            .find_map(|d| {
-                rel.strip_prefix(d)
-                    .ok()
-                    .filter(|inner| super::is_git_control_path(inner, &|p| has_head(&d.join(p))))
-                    .map(|_| d)
-            });
+        let has_head = |d: &Path| self.has_head(d);
+        let git_dir = self.known_git_dirs().find_map(|d| {
+            rel.strip_prefix(d)
+                .ok()
+                .filter(|inner| super::is_git_control_path(inner, &|p| has_head(&d.join(p))))
+                .map(|_| d.to_path_buf())
+        });
         if let Some(d) = git_dir {
             self.out.violations.push(format!(
                 "{what} `{r}`: protected path (a control file of the git directory `{}`)",
@@ -1370,32 +1374,16 @@ impl Planner<'_> {
         if !m.is_file() || m.nlink() == 1 {
             return true;
         }
-        let ws = self.ws;
-        let known: &[PathBuf] = if self.git_dirs.is_empty() {
-            &self.layout.get_or_init(|| layout_before(ws)).dirs
-        } else {
-            &[]
-        };
-        // Or one the run made (with a HEAD, as git has it), which is the
-        // person's in the next run.
-        let upper = &self.upper;
-        let made = |d: &Path| {
-            let head = d.join("HEAD");
-            std::fs::symlink_metadata(upper.join(&head)).is_ok() || std::fs::symlink_metadata(ws.join(&head)).is_ok()
-        };
+        // Or one the run made, which is the person's in the next run.
         let git_dir = self
-            .git_dirs
-            .iter()
-            .copied()
-            .chain(known.iter().map(PathBuf::as_path))
+            .known_git_dirs()
             .find(|d| rel.starts_with(d))
-            .map(Path::to_path_buf)
             .or_else(|| {
                 rel.ancestors()
                     .skip(1)
-                    .find(|d| !d.as_os_str().is_empty() && made(d))
-                    .map(Path::to_path_buf)
-            });
+                    .find(|d| !d.as_os_str().is_empty() && self.has_head(d))
+            })
+            .map(Path::to_path_buf);
         let Some(d) = git_dir else {
             return true;
         };
