@@ -2120,7 +2120,7 @@ fn current_changes(held: &HeldAction, current: &Current) -> Vec<String> {
     }
     if current.writable_run_in_progress {
         out.push(
-            "a writable run is in progress in the workspace: what it writes (through a memory mapping, or with a file's times set back) the workspace fingerprint cannot see, and once it ends the workspace generation moves on"
+            "a writable run is in progress in the workspace or one overlapping it: what it writes (through a memory mapping, or with a file's times set back) the workspace fingerprint cannot see, and once it ends the workspace generation moves on"
                 .into(),
         );
     }
