@@ -7,10 +7,14 @@ receipt to a new file. Prints each step's medians and the median of the paired
 differences B - A, in milliseconds. Each call is timed as a harness sees it:
 until its stdout and stderr are closed and its exit status is collected.
 
-    scripts/paired-approvals.py [-n ROUNDS] [--files N] A_BINARY B_BINARY
+    scripts/paired-approvals.py [-n ROUNDS] [--files N] [--no-preview] [--one-call] A_BINARY B_BINARY
 
 --files N puts N files (1,000 a directory) in each workspace: the approval
 binds to the workspace's state, read at hold and at resume.
+--no-preview holds without a preview (`preview = false`): the hold runs
+nothing, and the resume runs the command, confined.
+--one-call approves and resumes in one call (`approve ID --resume`), as
+tether-sdk does.
 
 Copy both binaries afresh before comparing them: on a VM a binary's own
 page-cache history can move its timing by tenths of a millisecond."""
@@ -25,22 +29,25 @@ def main():
     p = argparse.ArgumentParser(usage=__doc__)
     p.add_argument("-n", type=int, default=150)
     p.add_argument("--files", type=int, default=0)
+    p.add_argument("--no-preview", action="store_true")
+    p.add_argument("--one-call", action="store_true")
     p.add_argument("a")
     p.add_argument("b")
     opts = p.parse_args()
     bins = {"A": os.path.abspath(opts.a), "B": os.path.abspath(opts.b)}
     root = tempfile.mkdtemp(prefix="tether-paired-approvals.")
     try:
-        run(bins, root, opts.n, opts.files)
+        run(bins, root, opts.n, opts.files, opts.no_preview, opts.one_call)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def run(bins, root, n, files):
+def run(bins, root, n, files, no_preview, one_call):
     devnull = os.open(os.devnull, os.O_RDWR)
     policy = os.path.join(root, "p.toml")
     with open(policy, "w") as f:
-        f.write('require_approval_for = ["touch"]\ndefault = "allow"\n')
+        rule = '{ prefix = "touch", preview = false }' if no_preview else '"touch"'
+        f.write(f'require_approval_for = [{rule}]\ndefault = "allow"\n')
     for k in bins:
         ws = os.path.join(root, f"ws-{k}")
         os.makedirs(ws)
@@ -54,7 +61,7 @@ def run(bins, root, n, files):
             sys.exit(f"{bins[k]} {' '.join(args)} exited {code}, expected {expect}")
         return dt
 
-    steps = ["hold", "approve", "resume"]
+    steps = ["hold", "approve --resume"] if one_call else ["hold", "approve", "resume"]
     times = {k: {s: [] for s in steps} for k in bins}
     for i in range(n + 3):
         for k in (["A", "B"] if i % 2 == 0 else ["B", "A"]):
@@ -63,20 +70,23 @@ def run(bins, root, n, files):
             h = timed(k, "run", "--policy", policy, "--receipt", receipt, "-c", f"touch held{i}", expect=75)
             with open(receipt) as f:
                 aid = json.load(f)["pending_id"]
-            a = timed(k, "approve", aid)
-            r = timed(k, "resume", "--receipt", os.path.join(root, f"{k}-resumed{i}.json"), aid)
+            resumed = os.path.join(root, f"{k}-resumed{i}.json")
+            if one_call:
+                done = (timed(k, "approve", aid, "--resume", "--receipt", resumed),)
+            else:
+                done = (timed(k, "approve", aid), timed(k, "resume", "--receipt", resumed, aid))
             if not os.path.exists(f"held{i}"):
                 sys.exit(f"{bins[k]}: the resumed command did not land")
             if i >= 3:  # warm-up rounds
-                for s, t in zip(steps, (h, a, r)):
+                for s, t in zip(steps, (h, *done)):
                     times[k][s].append(t)
     for s in steps:
         a, b = times["A"][s], times["B"][s]
         d = statistics.median(y - x for x, y in zip(a, b))
-        print(f"{s:8} A {statistics.median(a):6.2f}  B {statistics.median(b):6.2f}  paired B-A {d:+.2f} ms")
+        print(f"{s:16} A {statistics.median(a):6.2f}  B {statistics.median(b):6.2f}  paired B-A {d:+.2f} ms")
     whole = statistics.median(
         sum(times["B"][s][i] for s in steps) - sum(times["A"][s][i] for s in steps) for i in range(n))
-    print(f"hold + approve + resume, paired B-A {whole:+.2f} ms")
+    print(f"{' + '.join(steps)}, paired B-A {whole:+.2f} ms")
 
 
 if __name__ == "__main__":

@@ -351,6 +351,7 @@ pub fn run(req: &Request, stdin_is_tty: bool) -> Finished {
                 &req.state_dir,
                 capture,
                 env_before,
+                None,
             );
             done.stderr.splice(0..0, recovered);
             done
@@ -592,6 +593,11 @@ impl Drop for UnusedCapture {
     }
 }
 
+/// What must be done before the command may start, done while the sandbox
+/// builds itself (as the deferred audit record is): an error stops the run
+/// before the command starts, with that message.
+type BeforeStart<'a> = Box<dyn FnOnce() -> Result<(), String> + 'a>;
+
 /// The audit log a run records its end in.
 enum Audit<'a> {
     /// Open, and everything before the start is on record (resume).
@@ -616,6 +622,7 @@ fn execute(
     state: &Path,
     capture: Option<Capture>,
     env_before: crate::workspace::EnvSecrets,
+    before_start: Option<BeforeStart<'_>>,
 ) -> Finished {
     let isolation = Isolation::of(plan);
     let writable = policy.profile() == Profile::WorkspaceWrite;
@@ -631,6 +638,7 @@ fn execute(
     // starts, and kept on disk until it is done, even if this launcher is
     // killed in between (the next start does it then).
     let mut pending: Option<crate::workspace::PendingCheck> = None;
+    let mut before_start = before_start;
     let mut before_exec = || -> Result<(), String> {
         if let Some(record) = deferred.take() {
             let (log, seq) = record()?;
@@ -644,6 +652,9 @@ fn execute(
                 )
             })?;
             pending = Some(p);
+        }
+        if let Some(f) = before_start.take() {
+            f()?;
         }
         Ok(())
     };
@@ -678,7 +689,9 @@ fn execute(
     // Generations only matter between a hold and its resume: count them once
     // anything has ever been held in this state directory.
     let held_before = state.join(approval::DB_FILE_NAME).exists();
-    if writable && held_before {
+    // A run stopped before its command started changed nothing.
+    let started = !matches!(outcome, Err(apply::ApplyError::NotStarted(_)));
+    if writable && held_before && started {
         // Any writable run may change the workspace: approvals bound to the
         // previous generation no longer hold.
         if let Err(e) = crate::workspace::bump_generation(state, &plan.workspace) {
@@ -1356,15 +1369,24 @@ pub fn resume_opened(id: &str, state: &Path, store: ApprovalStore) -> Finished {
                 );
             };
             // The command's effects are its own, beyond any journal: its start
-            // is on disk before it can have any. Failing that, the ticket is
+            // is on disk before it can have any. The sync waits on the disk
+            // while the sandbox builds itself, and the command starts only
+            // once it succeeded. Failing that, nothing runs and the ticket is
             // dropped unfinished (the action reads as interrupted).
-            if let Err(e) = store.make_commits_durable() {
-                return Finished::new(
-                    exit::INTERNAL,
-                    receipt,
-                    format!("tether-exec: cannot put the start of {id} on disk, so nothing runs: {e}"),
-                );
-            }
+            let start_not_durable = std::cell::Cell::new(false);
+            let make_start_durable = || {
+                let synced = if cfg!(debug_assertions)
+                    && std::env::var("TETHER_EXEC_TEST_FAIL_AT").is_ok_and(|v| v == "start-sync")
+                {
+                    Err("the test hook failed the sync".to_string())
+                } else {
+                    store.make_commits_durable().map_err(|e| e.to_string())
+                };
+                synced.map_err(|e| {
+                    start_not_durable.set(true);
+                    format!("tether-exec: cannot put the start of {id} on disk, so nothing runs: {e}")
+                })
+            };
             let stdin = ticket.stdin().to_vec();
             let mut done = execute(
                 &plan,
@@ -1377,8 +1399,12 @@ pub fn resume_opened(id: &str, state: &Path, store: ApprovalStore) -> Finished {
                 state,
                 capture.take(),
                 env_before,
+                Some(Box::new(make_start_durable)),
             );
             done.stderr.splice(0..0, recovered);
+            if start_not_durable.get() {
+                return done;
+            }
             let result = RecordedResult {
                 exit_code: done.receipt.exit_code,
                 signal: done.receipt.signal,

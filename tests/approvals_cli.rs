@@ -630,6 +630,36 @@ fn a_retried_approve_with_resume_never_runs_an_interrupted_action_again() {
     );
 }
 
+/// A resume whose start cannot be put on disk runs nothing: the sync is
+/// waited for while the sandbox builds itself, and the command starts only
+/// after it. The action then reads as interrupted, and a deliberate approval
+/// runs it (nothing ran, so the workspace's generation stands).
+#[test]
+fn a_resume_whose_start_cannot_be_synced_runs_nothing_until_approved_again() {
+    let w = World::new();
+    let p = w.policy("require_approval_for = [{ prefix = \"touch\", preview = false }]\ndefault = \"allow\"\n");
+    let id = hold(&w, &p, "touch made");
+    assert!(w.tx(&["approve", &id]).status.success());
+    let o = w
+        .command(&["resume", &id])
+        .env("TETHER_EXEC_APPROVER_KEY", w.outside.join("approver.key"))
+        .env("TETHER_EXEC_TEST_FAIL_AT", "start-sync")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(125), "{}", text(&o));
+    assert!(text(&o).contains("cannot put the start of"), "{}", text(&o));
+    assert!(!exists(&w.ws.join("made")), "nothing ran: {}", text(&o));
+    let o = w.tx(&["resume", &id]);
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    assert!(text(&o).contains("interrupted"), "{}", text(&o));
+    assert!(!exists(&w.ws.join("made")), "not without a fresh approval");
+    // Control: approved again, it runs.
+    assert!(w.tx(&["approve", &id]).status.success());
+    let o = w.tx(&["resume", &id]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(exists(&w.ws.join("made")), "{}", text(&o));
+}
+
 #[test]
 fn a_failed_decision_with_resume_still_writes_its_receipt() {
     let w = World::new();
