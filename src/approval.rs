@@ -306,6 +306,9 @@ pub enum ApprovalError {
     #[error("Action {id} was approved under different circumstances: {changes}. The approval does not apply and the command was not run; propose the command again to get a new approval.")]
     Changed { id: String, changes: String },
 
+    #[error("Action {id} cannot run now: {why}. What such a run writes (through a memory mapping, or with a file's times set back) the workspace fingerprint cannot see, so no approval is used while it lasts; the command was not run. Once it ends, the workspace generation moves on and the command must be proposed again.")]
+    RunInProgress { id: String, why: String },
+
     #[error("The approval of action {id} has expired: {detail}. The action is frozen and will not run until an approver approves it again.")]
     Expired { id: String, detail: String },
 
@@ -582,8 +585,9 @@ pub struct Current {
     /// A writable run is in progress in the workspace now
     /// (`workspace::writable_run_in_progress`): what it writes, the
     /// fingerprint may not see until it ends, and then the generation moves
-    /// on. No approval is used meanwhile.
-    pub writable_run_in_progress: bool,
+    /// on. No approval is used meanwhile. What stands in the way, naming
+    /// the run's pending check; `None`: no such run.
+    pub writable_run_in_progress: Option<String>,
 }
 
 /// Outcome of a completed run.
@@ -1522,6 +1526,12 @@ impl ApprovalStore {
                 changes: changes.join("; "),
             });
         }
+        if let Some(why) = &current.writable_run_in_progress {
+            return Err(ApprovalError::RunInProgress {
+                id: id.to_string(),
+                why: why.clone(),
+            });
+        }
         let current_intent_digest = current.intent.digest();
 
         // 2c. Expiry, then 3. count distinct approvers.
@@ -2117,12 +2127,6 @@ fn current_changes(held: &HeldAction, current: &Current) -> Vec<String> {
             "workspace generation changed from {} to {}",
             a.workspace_generation, b.workspace_generation
         ));
-    }
-    if current.writable_run_in_progress {
-        out.push(
-            "a writable run is in progress in the workspace or one overlapping it: what it writes (through a memory mapping, or with a file's times set back) the workspace fingerprint cannot see, and once it ends the workspace generation moves on"
-                .into(),
-        );
     }
     out
 }

@@ -108,7 +108,7 @@ impl Fx {
             intent: a.intent.clone(),
             bindings: a.bindings.clone(),
             session_proposals: self.store.session_proposals(&a.session).unwrap(),
-            writable_run_in_progress: false,
+            writable_run_in_progress: None,
         }
     }
 
@@ -590,7 +590,9 @@ fn changed_bindings_are_refused_naming_the_binding() {
     let held = fx.hold_approved(request(None));
     type Case = (&'static str, fn(&mut Current));
     let cases: [Case; 6] = [
-        ("a writable run is in progress", |c| c.writable_run_in_progress = true),
+        ("a writable run is in progress", |c| {
+            c.writable_run_in_progress = Some("a writable run is in progress in the workspace".into())
+        }),
         ("workspace fingerprint changed", |c| {
             c.bindings.workspace_fingerprint = sha256_hex(b"tree 2")
         }),
@@ -608,7 +610,11 @@ fn changed_bindings_are_refused_naming_the_binding() {
         change(&mut cur);
         let err = refused(fx.store.begin_resume(&held.id, &cur, T0 + 1));
         let msg = err.to_string();
-        assert!(matches!(err, ApprovalError::Changed { .. }), "{err:?}");
+        if expected == "a writable run is in progress" {
+            assert!(matches!(err, ApprovalError::RunInProgress { .. }), "{err:?}");
+        } else {
+            assert!(matches!(err, ApprovalError::Changed { .. }), "{err:?}");
+        }
         assert!(msg.contains(expected), "{msg}");
         for (other, _) in cases {
             if other != expected {
@@ -728,7 +734,7 @@ fn child_resume_then_exit() {
         intent: held.intent.clone(),
         bindings: held.bindings.clone(),
         session_proposals: store.session_proposals(&held.session).unwrap(),
-        writable_run_in_progress: false,
+        writable_run_in_progress: None,
     };
     match store.begin_resume(&id, &cur, T0 + 1) {
         Ok(Resume::Run(_ticket)) => std::process::exit(0),

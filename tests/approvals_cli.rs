@@ -726,6 +726,11 @@ fn a_run_in_progress_cannot_change_what_an_approval_binds_unseen() {
     assert!(!exists(&w.ws.join("pwned")), "the swapped script ran: {}", text(&o));
     assert_eq!(o.status.code(), Some(77), "{}", text(&o));
     assert!(text(&o).contains("a writable run is in progress"), "{}", text(&o));
+    assert!(
+        text(&o).contains(&w.state.join("pending-checks").display().to_string()),
+        "the refusal names the run's pending check: {}",
+        text(&o)
+    );
     // Once the run has ended, the generation has moved on: still refused.
     drop(to_run);
     assert!(run.wait().unwrap().success());
@@ -743,6 +748,27 @@ fn a_run_in_progress_cannot_change_what_an_approval_binds_unseen() {
     let c = w.control("bash deploy.sh");
     assert!(c.status.success(), "control: {}", text(&c));
     assert!(exists(&w.ws.join("pwned")), "control: {}", text(&c));
+}
+
+/// A pending check that cannot be read keeps approvals from being used, as
+/// the run in progress it may be would; the refusal names the file and how to
+/// clear it.
+#[test]
+fn an_unreadable_pending_check_is_named_in_the_refusal() {
+    let w = World::new();
+    w.write("deploy.sh", "echo fine\n");
+    let id = held_deploy_as_is(&w);
+    // A directory where a check's file would be: reading it fails.
+    let odd = w.state.join("pending-checks/1-2-unreadable.json");
+    std::fs::create_dir_all(&odd).unwrap();
+    let o = w.tx(&["resume", &id]);
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    assert!(text(&o).contains(&odd.display().to_string()), "{}", text(&o));
+    assert!(text(&o).contains("remove that file and resume again"), "{}", text(&o));
+    // Control: removed, the approval applies.
+    std::fs::remove_dir(&odd).unwrap();
+    let o = w.tx(&["resume", &id]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
 }
 
 /// `file` rewritten in place to `touch pwned`, same size, its modification

@@ -585,10 +585,13 @@ mod tests {
             env_files: EnvSecrets(Vec::new()),
             found: Vec::new(),
         };
-        assert!(!writable_run_in_progress(s.path(), ws.path()), "no run yet");
+        assert!(writable_run_in_progress(s.path(), ws.path()).is_none(), "no run yet");
         let check = PendingCheck::record(s.path(), ws.path(), &empty()).unwrap();
-        assert!(writable_run_in_progress(s.path(), ws.path()));
-        assert!(!writable_run_in_progress(s.path(), other), "another workspace's run");
+        assert!(writable_run_in_progress(s.path(), ws.path()).is_some());
+        assert!(
+            writable_run_in_progress(s.path(), other).is_none(),
+            "another workspace's run"
+        );
         // Renamed to the pid of no process, it is still held: another
         // start's recovery leaves it (and its run stays in progress).
         let dead = format!("4194304-1{}", workspace_tag(ws.path()));
@@ -598,16 +601,19 @@ mod tests {
             pending_dir(s.path()).join(&dead).exists(),
             "a live run's check was taken"
         );
-        assert!(writable_run_in_progress(s.path(), ws.path()));
+        assert!(writable_run_in_progress(s.path(), ws.path()).is_some());
         // Its launcher gone (the lock let go with it), its end never
         // counted: it counts as in progress until the next start does the
         // check, moves the generation on and removes it.
         drop(check);
-        assert!(writable_run_in_progress(s.path(), ws.path()), "a dead launcher's run");
+        assert!(
+            writable_run_in_progress(s.path(), ws.path()).is_some(),
+            "a dead launcher's run"
+        );
         assert_eq!(generation(s.path(), ws.path()), 0);
         recover_pending_checks(s.path());
         assert!(!pending_dir(s.path()).join(&dead).exists());
-        assert!(!writable_run_in_progress(s.path(), ws.path()));
+        assert!(writable_run_in_progress(s.path(), ws.path()).is_none());
         assert_eq!(generation(s.path(), ws.path()), 1, "the interrupted run counted");
         // A run in a folder of the workspace, or in one holding it, can
         // change it too; one beside it cannot.
@@ -616,14 +622,14 @@ mod tests {
         for (at, counts) in [(inner.as_path(), true), (outer, true), (other, false)] {
             let c = PendingCheck::record(s.path(), at, &empty()).unwrap();
             assert_eq!(
-                writable_run_in_progress(s.path(), ws.path()),
+                writable_run_in_progress(s.path(), ws.path()).is_some(),
                 counts,
                 "{}",
                 at.display()
             );
             c.done();
         }
-        assert!(!writable_run_in_progress(s.path(), ws.path()), "finished runs");
+        assert!(writable_run_in_progress(s.path(), ws.path()).is_none(), "finished runs");
     }
 
     #[test]
@@ -1735,34 +1741,55 @@ const PENDING_TEMP_PREFIX: &str = "tmp-";
 /// first write to a clean page only), or by writing it and setting its
 /// modification time back. So no approval is used while one is in
 /// progress. A pending check that cannot be read counts as such a run.
-pub fn writable_run_in_progress(state: &Path, workspace: &Path) -> bool {
-    let rd = match std::fs::read_dir(pending_dir(state)) {
+///
+/// `None` when there is none; else what stands in the way, naming the
+/// pending check, for the refusal to say.
+pub fn writable_run_in_progress(state: &Path, workspace: &Path) -> Option<String> {
+    let dir = pending_dir(state);
+    let unreadable = |path: &Path, e: &dyn std::fmt::Display| {
+        Some(format!(
+            "the pending check {} cannot be read ({e}), so a writable run may be in progress (if no tether-exec is running, remove that file and resume again)",
+            path.display()
+        ))
+    };
+    let rd = match std::fs::read_dir(&dir) {
         Ok(rd) => rd,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return false,
-        Err(_) => return true,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(e) => return unreadable(&dir, &e),
     };
     for e in rd {
-        let Ok(e) = e else { return true };
+        let e = match e {
+            Ok(e) => e,
+            Err(e) => return unreadable(&dir, &e),
+        };
         if e.file_name().as_bytes().starts_with(PENDING_TEMP_PREFIX.as_bytes()) {
             // Not yet under its name: that run's command has not started.
             continue;
         }
-        let bytes = match std::fs::read(e.path()) {
+        let path = e.path();
+        let bytes = match std::fs::read(&path) {
             Ok(b) => b,
             // Done meanwhile.
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(_) => return true,
+            Err(e) => return unreadable(&path, &e),
         };
         #[derive(serde::Deserialize)]
         struct Whose {
             workspace: Vec<u8>,
         }
         match serde_json::from_slice::<Whose>(&bytes) {
-            Ok(r) if !overlap(Path::new(std::ffi::OsStr::from_bytes(&r.workspace)), workspace) => {}
-            _ => return true,
+            Ok(r) => {
+                if overlap(Path::new(std::ffi::OsStr::from_bytes(&r.workspace)), workspace) {
+                    return Some(format!(
+                        "a writable run is in progress in the workspace or one overlapping it (its pending check: {})",
+                        path.display()
+                    ));
+                }
+            }
+            Err(e) => return unreadable(&path, &e),
         }
     }
-    false
+    None
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]
