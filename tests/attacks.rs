@@ -1302,6 +1302,74 @@ fn the_workspace_is_writable_and_home_is_the_workspace() {
 
 // ---------------------------------------------------------- processes, kernel
 
+/// The (ctime seconds, nanoseconds) of a host path: any change of its mode,
+/// owner or times moves it.
+fn ctime(p: &str) -> (i64, i64) {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(p).unwrap();
+    (m.ctime(), m.ctime_nsec())
+}
+
+/// The minimal /dev binds the host's own device nodes. Launched as root, the
+/// command's uid is root's on the host's files when the workspace is root's
+/// (README, "Limits"), so it owns them: `chmod 000 /dev/null` would break the
+/// host. Their mounts are read-only: the devices stay usable, their mode,
+/// owner and times cannot change. The attack sets the mode it already has
+/// (harmless if it succeeds, yet it moves the ctime, as `touch` does).
+#[test]
+fn the_hosts_device_nodes_cannot_be_changed() {
+    use std::os::unix::fs::PermissionsExt;
+    let w = World::new();
+    let mode = std::fs::metadata("/dev/full").unwrap().permissions().mode() & 0o7777;
+    let before = ctime("/dev/full");
+    let o = w.run(&format!(
+        "chmod {mode:o} /dev/full; touch /dev/full; echo written > /dev/null && head -c 3 /dev/zero | wc -c"
+    ));
+    assert_eq!(stdout(&o).trim(), "3", "the devices stay usable: {}", text(&o));
+    assert_eq!(ctime("/dev/full"), before, "the host's /dev/full changed: {}", text(&o));
+    if is_root() {
+        let c = w.control(&format!("chmod {mode:o} /dev/full"));
+        assert!(c.status.success(), "control: {}", text(&c));
+        assert_ne!(ctime("/dev/full"), before, "control: {}", text(&c));
+    }
+}
+
+/// As the host's root, the command owns the kernel's global settings in
+/// `/proc/sys` (their modes are most of what guards them; `core_pattern`
+/// names a program the host runs as root). Both Landlock and a read-only
+/// mount refuse the write; the mount is seen by its error (EROFS, where
+/// Landlock's is EACCES). The setting changed is a harmless one
+/// (`printk_ratelimit`, put back by the control).
+#[test]
+fn the_kernels_global_settings_cannot_be_written() {
+    let w = World::new();
+    let setting = "/proc/sys/kernel/printk_ratelimit";
+    let value: u64 = std::fs::read_to_string(setting).unwrap().trim().parse().unwrap();
+    w.write(
+        "set.py",
+        &format!(
+            "try:\n    open('{setting}', 'w').write('{}')\n    print('written')\nexcept OSError as e:\n    print(e.strerror)\n",
+            value + 1
+        ),
+    );
+    let o = w.run("python3 set.py");
+    let now: u64 = std::fs::read_to_string(setting).unwrap().trim().parse().unwrap();
+    assert_eq!(now, value, "the host's setting changed: {}", text(&o));
+    if is_root() {
+        assert_eq!(stdout(&o).trim(), "Read-only file system", "{}", text(&o));
+        let c = w.control("python3 set.py");
+        let changed: u64 = std::fs::read_to_string(setting).unwrap().trim().parse().unwrap();
+        std::fs::write(setting, value.to_string()).unwrap();
+        assert_eq!(changed, value + 1, "control: {}", text(&c));
+    } else {
+        assert!(
+            stdout(&o).contains("denied") || stdout(&o).contains("Read-only"),
+            "{}",
+            text(&o)
+        );
+    }
+}
+
 fn spawn_sleeper() -> std::process::Child {
     Command::new("sleep").arg("300").stdin(Stdio::null()).spawn().unwrap()
 }
@@ -1660,19 +1728,19 @@ fn pathname_unix_sockets_of_host_daemons_are_unreachable() {
 
 #[test]
 fn netlink_sees_only_the_sandbox_loopback() {
+    // The interfaces a netlink dump (RTM_GETLINK, which glibc's
+    // `if_nameindex` sends) and procfs show: inside, the sandbox's own
+    // loopback only; on the host, the host's interfaces.
     let w = World::new();
-    let o = w.run("ls /sys/class/net 2>/dev/null; cat /proc/net/dev | tail -n +3 | cut -d: -f1");
-    let out = stdout(&o);
-    assert!(out.contains("lo"), "{out}");
-    let c = stdout(&w.control("cat /proc/net/dev | tail -n +3 | cut -d: -f1"));
+    let probe = "python3 -c 'import socket; print(sorted(n for _, n in socket.if_nameindex()))'; \
+                 tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '";
+    let o = w.run(probe);
+    assert_eq!(stdout(&o), "['lo']\nlo\n", "only loopback is visible: {}", text(&o));
+    let c = stdout(&w.control(probe));
+    let host: Vec<&str> = c.lines().collect();
     assert!(
-        c.lines().count() > out.lines().count() || !c.contains("lo") || c.lines().count() >= 1,
-        "control: {c}"
-    );
-    assert_eq!(
-        out.lines().filter(|l| !l.trim().is_empty()).count(),
-        1,
-        "only loopback is visible: {out}"
+        host.first().is_some_and(|l| l.contains("'lo'") && *l != "['lo']") && host[1..].iter().any(|l| *l != "lo"),
+        "control: the host's netlink and procfs show more than loopback: {c}"
     );
 }
 

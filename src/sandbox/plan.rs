@@ -417,6 +417,10 @@ const ENV_ALLOW: &[&str] = &[
 /// System directories bound read-only when present.
 pub const SYSTEM_DIRS: &[&str] = &["usr", "etc", "opt", "bin", "sbin", "lib", "lib32", "lib64", "libx32"];
 
+/// What of the sandbox's procfs is made read-only when the command acts as
+/// the host's root (those this kernel has).
+pub const PROC_READ_ONLY: [&str; 4] = ["sys", "sysrq-trigger", "irq", "bus"];
+
 /// Devices in the minimal /dev.
 pub const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
 
@@ -625,12 +629,17 @@ pub fn build(
         mode: 0o755,
         size_mb: 1,
     });
+    // The host's own nodes, on read-only mounts: a device stays as usable
+    // as its mode says (the kernel checks a read-only mount for regular
+    // files, directories and links only), but its mode, owner and times
+    // cannot be changed. As root, the command owns them (see the uid below):
+    // `chmod 000 /dev/null` would break the host.
     for d in DEVICES {
         let p = Path::new("/dev").join(d);
         mounts.push(Mount::Bind {
             src: p.clone(),
             dst: p,
-            writable: true,
+            writable: false,
         });
     }
     for (name, target) in [
@@ -825,6 +834,21 @@ pub fn build(
         (facts.uid, facts.gid)
     };
     let inner_uid = if outer_uid == 0 { 1000 } else { outer_uid };
+    // As the host's root, the command owns what procfs shows as root's: the
+    // kernel's settings (`/proc/sys`, `core_pattern` among them, which names
+    // a program the host runs as root), `sysrq-trigger`, interrupt
+    // affinities, bus devices; their file modes are all that guards most of
+    // them. Landlock refuses every write outside the workspace already;
+    // read-only mounts refuse them too, as bubblewrap's do. Otherwise the
+    // command's uid is an unprivileged one's on the host, which cannot write
+    // them.
+    if outer_uid == 0 {
+        for p in PROC_READ_ONLY {
+            mounts.push(Mount::ReadOnly {
+                dst: Path::new("/proc").join(p),
+            });
+        }
+    }
     let inner_gid = if outer_gid == 0 { 1000 } else { outer_gid };
 
     let workspace_identities = workspace_identities(&mounts, workspace);
