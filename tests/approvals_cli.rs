@@ -263,6 +263,54 @@ fn nothing_inside_the_sandbox_can_approve() {
     assert!(c.status.success(), "control: {}", text(&c));
 }
 
+/// The approver's key is invisible inside wherever it is kept where a mount
+/// would show it: in the workspace under a name no secret scan knows, or (as
+/// root, who can make one there) in a system directory. Copied out, it would
+/// sign approvals.
+#[test]
+fn the_approver_key_is_invisible_inside_wherever_it_is_kept() {
+    let w = World::new();
+    let mut places = vec![w.ws.join("keys/approver")];
+    let system = std::path::PathBuf::from(format!("/opt/tether-test-{}", rand_tag()));
+    if is_root() {
+        places.push(system.join("signer"));
+    }
+    for key in places {
+        std::fs::create_dir_all(key.parent().unwrap()).unwrap();
+        let shown = w
+            .command(&["approver", "show"])
+            .env("TETHER_EXEC_APPROVER_KEY", &key)
+            .output()
+            .unwrap();
+        assert!(shown.status.success(), "{}", text(&shown));
+        let secret = std::fs::read(&key).unwrap();
+        assert!(!secret.is_empty());
+        let steal = format!("cat {} > stolen; echo ran", key.display());
+        let o = w
+            .command(&["run", "-c", &steal])
+            .env("TETHER_EXEC_APPROVER_KEY", &key)
+            .output()
+            .unwrap();
+        let stolen = std::fs::read(w.ws.join("stolen")).unwrap_or_default();
+        let taken = stolen.windows(secret.len()).any(|x| x == secret.as_slice());
+        let _ = std::fs::remove_dir_all(&system);
+        assert_eq!(stdout(&o), "ran\n", "the attack ran: {}", text(&o));
+        assert!(!taken, "{}: the key was read from inside: {}", key.display(), text(&o));
+        // Control: the same copy on the host takes the key.
+        if key.starts_with(&w.ws) {
+            let c = w.control(&steal);
+            assert_eq!(
+                std::fs::read(w.ws.join("stolen")).unwrap(),
+                secret,
+                "control: {}",
+                text(&c)
+            );
+            std::fs::remove_file(&key).unwrap();
+        }
+        std::fs::remove_file(w.ws.join("stolen")).unwrap();
+    }
+}
+
 #[test]
 fn receipts_carry_the_pending_id_and_the_isolation() {
     let w = World::new();

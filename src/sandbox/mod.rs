@@ -266,6 +266,9 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state:
                 std::fs::canonicalize(&p).is_ok_and(|real| real == p && real.is_dir())
             })
             .collect(),
+        approver_key: crate::approval::approver_key_path_in(|| home.map(Path::to_path_buf))
+            .and_then(|k| std::fs::canonicalize(k).ok())
+            .filter(|k| k.is_file()),
         launcher_dirs: workspace
             .parent()
             .map(|p| p.join(crate::workspace::overlay::BESIDE_WORKSPACE))

@@ -393,6 +393,9 @@ pub struct HostFacts {
     /// tether-exec's own directories outside the state directory that exist
     /// (captures beside the workspace): hidden wherever a bind would show them.
     pub launcher_dirs: Vec<PathBuf>,
+    /// The approver's key file as it really is (links resolved), when it
+    /// exists: hidden wherever a mount would show it.
+    pub approver_key: Option<PathBuf>,
 }
 
 /// Environment names tether passes into the sandbox (its allowlist).
@@ -603,7 +606,10 @@ pub fn build(
             writable: false,
         });
     }
-    let mut shown: Vec<PathBuf> = extra.clone();
+    // Everything bound from the host but the workspace: the system, tool
+    // directories, read-only paths.
+    let mut shown: Vec<PathBuf> = facts.root_dirs.iter().map(|n| Path::new("/").join(n)).collect();
+    shown.extend(extra.iter().cloned());
     for p in policy.read_only_paths() {
         let p = PathBuf::from(p);
         if !p.starts_with(state_dir) {
@@ -615,8 +621,9 @@ pub fn build(
             shown.push(p);
         }
     }
-    // A read-only path that holds the state directory or a capture beside the
-    // workspace would show keys, held actions and other runs' writes: hide them.
+    // A bound path that holds the state directory or a capture beside the
+    // workspace would show held actions, other runs' writes and the trusted
+    // keys: hide them.
     for d in std::iter::once(state_dir).chain(facts.launcher_dirs.iter().map(PathBuf::as_path)) {
         if shown.iter().any(|p| d.starts_with(p)) {
             mounts.push(Mount::MaskDir { dst: d.to_path_buf() });
@@ -765,6 +772,15 @@ pub fn build(
     }
     for s in &facts.secret_files {
         mounts.push(Mount::MaskFile { dst: s.clone() });
+    }
+    // The approver's key, wherever a mount shows it (a system directory, a
+    // tool directory, a read-only path, the workspace): nothing inside may
+    // read it, or approvals could be forged with it.
+    if let Some(k) = &facts.approver_key {
+        let shown_here = k.starts_with(workspace) || shown.iter().any(|p| k.starts_with(p));
+        if shown_here && !facts.secret_files.contains(k) {
+            mounts.push(Mount::MaskFile { dst: k.clone() });
+        }
     }
 
     let abi = facts.landlock_abi.min(crate::policy::doc_max_abi());
@@ -946,6 +962,37 @@ mod tests {
             writable: false
         }));
         assert!(p.landlock.rules.contains(&("/w".into(), Access::Read)));
+    }
+
+    #[test]
+    fn the_approver_key_and_the_state_directory_are_hidden_wherever_a_mount_shows_them() {
+        for (key, shown) in [
+            ("/etc/tether/approver.key", true),
+            ("/w/keys/approver", true),
+            ("/opt/tools/approver", true),
+            ("/home/u/.config/tether-exec/approver.key", false),
+        ] {
+            let mut f = facts();
+            f.approver_key = Some(key.into());
+            let p = build(
+                &policy("read_only_paths = [\"/opt/tools\"]"),
+                &f,
+                Path::new("/w"),
+                Path::new("/w"),
+                vec![],
+                Path::new("/etc/tether/state"),
+            )
+            .unwrap();
+            let masked = p.mounts.contains(&Mount::MaskFile { dst: key.into() });
+            assert_eq!(masked, shown, "{key}: {:?}", p.mounts);
+            assert!(
+                p.mounts.contains(&Mount::MaskDir {
+                    dst: "/etc/tether/state".into()
+                }),
+                "a state directory under /etc: {:?}",
+                p.mounts
+            );
+        }
     }
 
     #[test]
