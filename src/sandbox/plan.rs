@@ -436,6 +436,8 @@ pub const DEFAULT_MEMORY_MB: u64 = 16 * 1024;
 pub enum PlanError {
     #[error("the kernel offers Landlock ABI {have}, but the policy requires at least ABI {need}; upgrade the kernel or lower landlock_min_abi")]
     LandlockTooOld { have: u8, need: u8 },
+    #[error("network = true shares the host's network namespace, and with it the host's abstract unix sockets (a display server's, a session bus's), which only Landlock ABI 6 (Linux 6.12) keeps the command from; this kernel offers ABI {have}, so nothing ran. Use network = false, or a newer kernel")]
+    NetworkUnscoped { have: u8 },
     #[error("the state directory {0} is inside the workspace, where the sandboxed command could reach it; choose a state directory outside the workspace (--state-dir)")]
     StateInWorkspace(PathBuf),
     #[error("the workspace {0} is a system directory; choose a project directory")]
@@ -543,6 +545,11 @@ pub fn build(
         return Err(PlanError::LandlockTooOld {
             have: facts.landlock_abi,
             need,
+        });
+    }
+    if policy.network() && facts.landlock_abi.min(crate::policy::doc_max_abi()) < 6 {
+        return Err(PlanError::NetworkUnscoped {
+            have: facts.landlock_abi,
         });
     }
     let writable = policy.profile() == Profile::WorkspaceWrite;
@@ -1098,6 +1105,28 @@ mod tests {
             ),
             Err(PlanError::LandlockTooOld { have: 3, need: 4 })
         ));
+    }
+
+    /// The host's network brings the host's abstract unix sockets along:
+    /// without Landlock's scoping (ABI 6) nothing keeps the command from
+    /// them, so `network = true` is refused rather than run less confined.
+    #[test]
+    fn the_host_network_needs_abstract_sockets_scoped() {
+        for (abi, network, ok) in [(5, true, false), (6, true, true), (5, false, true), (7, true, true)] {
+            let mut f = facts();
+            f.landlock_abi = abi;
+            let p = plan_in_w(&policy(&format!("network = {network}")), &f);
+            match p {
+                Ok(p) => {
+                    assert!(ok, "ABI {abi}, network {network}: ran");
+                    assert_eq!(p.landlock.scoped, abi >= 6);
+                }
+                Err(e) => {
+                    assert!(!ok, "ABI {abi}, network {network}: {e}");
+                    assert!(matches!(e, PlanError::NetworkUnscoped { have } if have == abi), "{e}");
+                }
+            }
+        }
     }
 
     #[test]
