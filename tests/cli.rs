@@ -144,6 +144,53 @@ fn root_runs_a_workspace_it_does_not_own_as_its_owner() {
     assert_eq!(size(), before, "the sandbox outlived its launcher");
 }
 
+/// A namespace the kernel allows none of (its per-user limit is 0; set here
+/// inside a user namespace of the test's own): `run` refuses before anything
+/// runs and names the limit, and `doctor` reports it with the fix. Control:
+/// without the limit, both are fine.
+#[test]
+fn a_namespace_limit_of_zero_is_named_by_run_and_doctor() {
+    let w = World::new();
+    let try_with = |limit: &str| {
+        let o = Command::new("unshare")
+            .args(["--user", "--map-root-user", "sh", "-c"])
+            .arg(format!(
+                "{limit} \"$0\" --state-dir {0} run -- touch {1}/ran; echo \"run=$?\"; \"$0\" --state-dir {0} doctor --json",
+                w.state.display(),
+                w.ws.display()
+            ))
+            .arg(bin())
+            .current_dir(&w.ws)
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        let (first, json) = out.split_once('\n').unwrap_or_else(|| panic!("{}", text(&o)));
+        let v: serde_json::Value = serde_json::from_str(json).unwrap_or_else(|_| panic!("{}", text(&o)));
+        let ns = v["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["check"] == "namespaces")
+            .cloned()
+            .expect("a namespaces check");
+        (first.to_string(), String::from_utf8_lossy(&o.stderr).into_owned(), ns)
+    };
+    let (run, err, ns) = try_with("echo 0 > /proc/sys/user/max_pid_namespaces &&");
+    assert_eq!(run, "run=125", "{err}");
+    assert!(err.contains("/proc/sys/user/max_pid_namespaces is 0"), "{err}");
+    assert!(!exists(&w.ws.join("ran")), "nothing ran");
+    assert_eq!(ns["ok"], false, "{ns}");
+    assert!(
+        ns["detail"].as_str().unwrap().contains("max_pid_namespaces is 0"),
+        "{ns}"
+    );
+    assert!(ns["advice"].as_str().unwrap().contains("sysctl"), "{ns}");
+    let (run, err, ns) = try_with("");
+    assert_eq!(run, "run=0", "control: {err}");
+    assert!(exists(&w.ws.join("ran")), "control: {err}");
+    assert_eq!(ns["ok"], true, "control: {ns}");
+}
+
 /// `doctor` mounts an overlay the way a run does, with its layers in the
 /// state directory: it says so when that works, and names the problem and
 /// the fix when the state directory is on a filesystem overlayfs refuses as

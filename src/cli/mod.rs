@@ -650,6 +650,22 @@ fn doctor(json: bool, state_dir: Option<PathBuf>) -> i32 {
         format!("max_user_namespaces={max_ns}, unprivileged_userns_clone={}, apparmor_restrict_unprivileged_userns={}", clone_sysctl.as_deref().unwrap_or("absent"), apparmor.as_deref().unwrap_or("absent")),
         "enable unprivileged user namespaces: sysctl user.max_user_namespaces=15000; on Debian sysctl kernel.unprivileged_userns_clone=1; on Ubuntu 24.04+ install the AppArmor profile in packaging/apparmor/tether-exec (it grants userns to tether-exec only)",
     );
+    let zero = crate::sandbox::namespaces_limited_to_zero();
+    let made = crate::sandbox::apply::probe_namespaces();
+    check(
+        "namespaces",
+        zero.is_empty() && made.is_ok(),
+        match (&made, zero.as_slice()) {
+            (Ok(()), []) => format!("made new {} namespaces", crate::sandbox::NAMESPACES.join(", ")),
+            (_, []) => format!("cannot make new {} namespaces: {}", crate::sandbox::NAMESPACES.join(", "), made.as_ref().err().map_or("", String::as_str)),
+            (_, zero) => format!(
+                "no new {} namespaces allowed ({} is 0)",
+                zero.join(", "),
+                zero.iter().map(|n| format!("/proc/sys/user/max_{n}_namespaces")).collect::<Vec<_>>().join(", ")
+            ),
+        },
+        "raise the zero limits (sysctl user.max_<name>_namespaces=15000); otherwise a security module or a container's seccomp filter refuses them: allow unshare/clone3 of namespaces for tether-exec",
+    );
     let abi = crate::sandbox::apply::landlock_abi();
     check("landlock", abi >= 1, format!("ABI {abi} (this build uses up to {})", crate::policy::doc_max_abi()), "boot a kernel with CONFIG_SECURITY_LANDLOCK=y and landlock in the lsm= list (5.13+; ABI 6+ for signal and abstract-socket scoping)");
     let seccomp = std::fs::read_to_string("/proc/self/status")

@@ -246,6 +246,44 @@ fn mount_overlay_in_child(base: &Path) -> Result<(), String> {
     }
 }
 
+/// Whether this process can make the namespaces a sandbox is made of
+/// (user, mount, pid, ipc, uts, network), for `doctor`: what the sysctls say
+/// is not all (an AppArmor or SELinux rule, a seccomp filter of a
+/// container). Tried in a forked child, which exits at once.
+pub fn probe_namespaces() -> Result<(), String> {
+    // SAFETY: fork in a single-threaded process (doctor); the child makes
+    // one system call and `_exit`s.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(format!("fork: {}", errno()));
+    }
+    if pid == 0 {
+        let flags = libc::CLONE_NEWUSER
+            | libc::CLONE_NEWNS
+            | libc::CLONE_NEWPID
+            | libc::CLONE_NEWIPC
+            | libc::CLONE_NEWUTS
+            | libc::CLONE_NEWNET;
+        // SAFETY: unshare with namespace flags only, in the forked child.
+        let code = if unsafe { libc::unshare(flags) } == 0 {
+            0
+        } else {
+            errno().raw_os_error().unwrap_or(1).clamp(1, 255)
+        };
+        // SAFETY: leaving the forked child without running destructors.
+        unsafe { libc::_exit(code) };
+    }
+    let mut status = 0;
+    // SAFETY: waitpid on our own child with a valid status pointer.
+    if unsafe { libc::waitpid(pid, &mut status, 0) } != pid || !libc::WIFEXITED(status) {
+        return Err("the probe's child did not exit normally".into());
+    }
+    match libc::WEXITSTATUS(status) {
+        0 => Ok(()),
+        e => Err(std::io::Error::from_raw_os_error(e).to_string()),
+    }
+}
+
 /// The Landlock ABI this kernel offers (0 if none).
 pub fn landlock_abi() -> u8 {
     // SAFETY: landlock_create_ruleset with a NULL attr, size 0 and the VERSION
@@ -443,10 +481,18 @@ pub fn run(
     if pid < 0 {
         let e = std::io::Error::last_os_error();
         let hint = match e.raw_os_error() {
-            Some(libc::EPERM | libc::ENOSPC) => {
-                " (user namespaces are restricted here, so the sandbox cannot be built: refusing to run un-isolated; see `tether-exec doctor`)"
+            Some(libc::ENOSPC) => match super::namespaces_limited_to_zero().as_slice() {
+                [] => " (a limit on the number of namespaces was reached: /proc/sys/user/max_*_namespaces count them per user; so the sandbox cannot be built: refusing to run un-isolated; see `tether-exec doctor`)".to_string(),
+                zero => format!(
+                    " (this kernel allows no new {} namespaces: {} is 0; so the sandbox cannot be built: refusing to run un-isolated; see `tether-exec doctor`)",
+                    zero.join(", "),
+                    zero.iter().map(|n| format!("/proc/sys/user/max_{n}_namespaces")).collect::<Vec<_>>().join(", ")
+                ),
+            },
+            Some(libc::EPERM) => {
+                " (user namespaces are restricted here, so the sandbox cannot be built: refusing to run un-isolated; see `tether-exec doctor`)".to_string()
             }
-            _ => "",
+            _ => String::new(),
         };
         return Err(setup("clone3 into new namespaces", format!("{e}{hint}")));
     }

@@ -32,6 +32,21 @@ fn root_maps_to_host_root() -> bool {
 /// Read what the planner needs to know about this host and workspace.
 /// `state`: where the secret scan keeps its listings (see
 /// [`crate::workspace::listing`]).
+/// The namespaces a sandbox is made of, by the name of their limit in
+/// `/proc/sys/user/max_<name>_namespaces`.
+pub const NAMESPACES: [&str; 6] = ["user", "mnt", "pid", "ipc", "uts", "net"];
+
+/// The namespaces of [`NAMESPACES`] whose per-user limit is 0 here: the
+/// kernel refuses to make any (clone3 then fails with ENOSPC).
+pub fn namespaces_limited_to_zero() -> Vec<&'static str> {
+    NAMESPACES
+        .into_iter()
+        .filter(|n| {
+            std::fs::read_to_string(format!("/proc/sys/user/max_{n}_namespaces")).is_ok_and(|v| v.trim() == "0")
+        })
+        .collect()
+}
+
 pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state: &Path) -> HostFacts {
     // SAFETY-free: geteuid/getegid via nix.
     let uid = nix::unistd::geteuid().as_raw();
