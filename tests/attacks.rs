@@ -1511,6 +1511,61 @@ fn dangerous_system_calls_are_refused() {
     );
 }
 
+/// Runs `argv` with its stdin a new terminal whose controlling process it
+/// is (as a shell's child in a terminal is), then prints what waits in that
+/// terminal's input: what a command pushed there with TIOCSTI, the parent
+/// shell would read and run as typed.
+const TTY_HARNESS: &str = r#"
+import fcntl, os, pty, subprocess, sys, termios, tty
+m, s = pty.openpty()
+tty.setraw(s)
+def own_terminal():
+    os.setsid()
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+r = subprocess.run(sys.argv[1:], stdin=s, preexec_fn=own_terminal, capture_output=True)
+os.set_blocking(s, False)
+try:
+    waiting = os.read(s, 1024)
+except BlockingIOError:
+    waiting = b""
+print(repr(waiting))
+sys.stderr.write(r.stdout.decode() + r.stderr.decode())
+"#;
+
+/// TIOCSTI pushes bytes into a terminal's input as if typed: a command that
+/// shares the harness's terminal could have the shell that started it run
+/// anything once it exits. Judged from the host: nothing waits in the
+/// terminal after the sandboxed attempt; the control, outside, leaves
+/// `INJECTED` there.
+#[test]
+fn nothing_is_typed_into_the_callers_terminal() {
+    let w = World::new();
+    w.write("harness_pty.py", TTY_HARNESS);
+    w.write(
+        "inject.py",
+        "import fcntl, termios\nfor c in b'INJECTED\\n':\n    fcntl.ioctl(0, termios.TIOCSTI, bytes([c]))\nprint('pushed')\n",
+    );
+    let host = |argv: &[&str]| {
+        let o = Command::new("python3")
+            .arg(w.ws.join("harness_pty.py"))
+            .args(argv)
+            .current_dir(&w.ws)
+            .output()
+            .unwrap();
+        (stdout(&o), text(&o))
+    };
+    let state = w.state.display().to_string();
+    let tx = bin().display().to_string();
+    let (waiting, all) = host(&[&tx, "--state-dir", &state, "run", "--", "python3", "inject.py"]);
+    assert_eq!(waiting, "b''\n", "the sandboxed command typed into the terminal: {all}");
+    assert!(
+        !all.contains("pushed") && all.contains("Operation not permitted"),
+        "the attempt ran and was refused: {all}"
+    );
+    let (waiting, all) = host(&["python3", "inject.py"]);
+    assert_eq!(waiting, "b'INJECTED\\n'\n", "control: {all}");
+}
+
 #[test]
 fn nested_user_namespaces_are_refused() {
     let w = World::new();
