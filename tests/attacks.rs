@@ -1680,12 +1680,50 @@ fn killing_the_launcher_kills_the_sandbox() {
 
 #[test]
 fn never_ending_commands_time_out_and_die() {
+    // Each sleep is named by a duration no other process uses, so the host
+    // can look for survivors among all its processes. Two try to escape the
+    // kill: one in a session of its own, one ignoring SIGHUP.
     let w = World::new();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    let tag = format!("1000.{}{nanos}", std::process::id());
+    let survivors = || -> Vec<i32> {
+        let want = format!("sleep\0{tag}\0");
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+            .filter(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == want.as_bytes()))
+            .collect()
+    };
+    let script = format!("setsid sleep {tag} & nohup sleep {tag} >/dev/null 2>&1 & sleep {tag}; echo never");
     let start = Instant::now();
-    let o = w.run_policy("timeout_seconds = 1", "sleep 100 & sleep 100; echo never");
+    let o = w.run_policy("timeout_seconds = 1", &script);
     assert_eq!(o.status.code(), Some(124), "{}", text(&o));
     assert!(start.elapsed() < Duration::from_secs(10));
     assert!(!stdout(&o).contains("never"));
+    assert!(
+        eventually(|| survivors().is_empty()),
+        "processes outlived the timeout: {:?}",
+        survivors()
+    );
+    // Control: a timeout that kills only the process it started (coreutils')
+    // leaves the escaped ones running.
+    // (Its output is not collected: the escaped ones would hold the pipes.)
+    let c = Command::new("timeout")
+        .args(["-s", "KILL", "1", "bash", "-c", &script])
+        .current_dir(&w.ws)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    let left = survivors();
+    for pid in &left {
+        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+    }
+    assert!(!left.is_empty(), "control: {c}");
 }
 
 #[test]
