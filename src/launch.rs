@@ -639,7 +639,9 @@ fn execute(
     // killed in between (the next start does it then).
     let mut pending: Option<crate::workspace::PendingCheck> = None;
     let mut before_start = before_start;
-    let mut before_exec = || -> Result<(), String> {
+    // `with_start`: false once the sandbox failed before its turn, when
+    // only the record is owed (see below), not what the start needs.
+    let mut before_exec = |with_start: bool| -> Result<(), String> {
         if let Some(record) = deferred.take() {
             let (log, seq) = record()?;
             opened = Some(log);
@@ -653,18 +655,18 @@ fn execute(
             })?;
             pending = Some(p);
         }
-        if let Some(f) = before_start.take() {
+        if let Some(f) = before_start.take().filter(|_| with_start) {
             f()?;
         }
         Ok(())
     };
-    let mut outcome = apply::run(plan, stdin, None, &mut before_exec);
+    let mut outcome = apply::run(plan, stdin, None, &mut || before_exec(true));
     // init waits with the mounts in place while a capture is checked and
     // landed (see `apply::Outcome::hold_init`), and until the result is out.
     let hold_init = outcome.as_mut().ok().and_then(|o| o.hold_init.take());
     // A setup that failed before the launcher's turn: the decision still goes
     // on record, then the failure.
-    if let Err(e) = before_exec() {
+    if let Err(e) = before_exec(false) {
         outcome = Err(apply::ApplyError::NotStarted(e));
     }
     if decision_seq.is_some() {

@@ -403,12 +403,7 @@ fn approved_then_killed_at(at: &str) -> (World, String) {
 
 /// `tether-exec resume ID` killed at `at` (debug builds' crash hook).
 fn resume_killed_at(w: &World, id: &str, at: &str) {
-    let killed = w
-        .command(&["resume", id])
-        .env("TETHER_EXEC_APPROVER_KEY", w.outside.join("approver.key"))
-        .env("TETHER_EXEC_TEST_CRASH_AT", at)
-        .output()
-        .unwrap();
+    let killed = w.tx_hooked(&["resume", id], ("TETHER_EXEC_TEST_CRASH_AT", at));
     assert_eq!(killed.status.code(), None, "{at}: the launcher died: {}", text(&killed));
 }
 
@@ -775,12 +770,7 @@ fn a_landing_whose_start_cannot_be_synced_lands_nothing_until_approved_again() {
     let w = World::new();
     let (id, _) = hold(&w, POLICY);
     assert!(w.tx(&["approve", &id]).status.success());
-    let o = w
-        .command(&["resume", &id])
-        .env("TETHER_EXEC_APPROVER_KEY", w.outside.join("approver.key"))
-        .env("TETHER_EXEC_TEST_FAIL_AT", "start-sync")
-        .output()
-        .unwrap();
+    let o = w.tx_hooked(&["resume", &id], ("TETHER_EXEC_TEST_FAIL_AT", "start-sync"));
     assert_eq!(o.status.code(), Some(125), "{}", text(&o));
     assert!(text(&o).contains("nothing of it landed"), "{}", text(&o));
     assert!(!w.ws.join("rnd.bin").exists());

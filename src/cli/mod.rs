@@ -667,7 +667,12 @@ fn doctor(json: bool, state_dir: Option<PathBuf>) -> i32 {
         "raise the zero limits (sysctl user.max_<name>_namespaces=15000); otherwise a security module or a container's seccomp filter refuses them: allow unshare/clone3 of namespaces for tether-exec",
     );
     let abi = crate::sandbox::apply::landlock_abi();
-    check("landlock", abi >= 1, format!("ABI {abi} (this build uses up to {})", crate::policy::doc_max_abi()), "boot a kernel with CONFIG_SECURITY_LANDLOCK=y and landlock in the lsm= list (5.13+; ABI 6+ for signal and abstract-socket scoping)");
+    let unscoped = if (1..6).contains(&abi) {
+        "; policies with network = true are refused here (the host's abstract unix sockets cannot be scoped before ABI 6)"
+    } else {
+        ""
+    };
+    check("landlock", abi >= 1, format!("ABI {abi} (this build uses up to {}){unscoped}", crate::policy::doc_max_abi()), "boot a kernel with CONFIG_SECURITY_LANDLOCK=y and landlock in the lsm= list (5.13+; ABI 6+ for signal and abstract-socket scoping)");
     let seccomp = std::fs::read_to_string("/proc/self/status")
         .map(|s| s.contains("Seccomp:"))
         .unwrap_or(false);

@@ -228,12 +228,7 @@ fn mount_overlay_in_child(base: &Path) -> Result<(), String> {
         // SAFETY: leaving the forked child without running destructors.
         unsafe { libc::_exit(status) };
     }
-    let mut status = 0;
-    // SAFETY: waitpid on our own child with a valid status pointer.
-    if unsafe { libc::waitpid(pid, &mut status, 0) } != pid || !libc::WIFEXITED(status) {
-        return Err("the probe's child did not exit normally".into());
-    }
-    match libc::WEXITSTATUS(status) {
+    match exit_code_of(pid)? {
         0 => Ok(()),
         e @ 1..=127 => Err(format!(
             "cannot make a user and mount namespace to try it in: {}",
@@ -246,42 +241,59 @@ fn mount_overlay_in_child(base: &Path) -> Result<(), String> {
     }
 }
 
-/// Whether this process can make the namespaces a sandbox is made of
-/// (user, mount, pid, ipc, uts, network), for `doctor`: what the sysctls say
-/// is not all (an AppArmor or SELinux rule, a seccomp filter of a
-/// container). Tried in a forked child, which exits at once.
+/// Whether this process can make the namespaces a sandbox is made of, the
+/// way a run makes them (`clone3` into new user, mount, pid, ipc and uts
+/// namespaces, then the network namespace from inside), for `doctor`: what
+/// the sysctls say is not all (an AppArmor or SELinux rule; a container's
+/// seccomp filter, which may refuse `clone3` itself). The child exits at
+/// once.
 pub fn probe_namespaces() -> Result<(), String> {
-    // SAFETY: fork in a single-threaded process (doctor); the child makes
-    // one system call and `_exit`s.
-    let pid = unsafe { libc::fork() };
+    let mut args = CloneArgs {
+        flags: (libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS)
+            as u64,
+        exit_signal: libc::SIGCHLD as u64,
+        ..CloneArgs::default()
+    };
+    // SAFETY: clone3 with a valid clone_args of the size passed and no stack
+    // (fork semantics), in a single-threaded process (doctor); the child
+    // makes one system call and `_exit`s without running destructors.
+    let pid = unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            &mut args as *mut CloneArgs,
+            std::mem::size_of::<CloneArgs>(),
+        )
+    };
     if pid < 0 {
-        return Err(format!("fork: {}", errno()));
+        return Err(format!("clone3: {}", errno()));
     }
     if pid == 0 {
-        let flags = libc::CLONE_NEWUSER
-            | libc::CLONE_NEWNS
-            | libc::CLONE_NEWPID
-            | libc::CLONE_NEWIPC
-            | libc::CLONE_NEWUTS
-            | libc::CLONE_NEWNET;
-        // SAFETY: unshare with namespace flags only, in the forked child.
-        let code = if unsafe { libc::unshare(flags) } == 0 {
+        // SAFETY: unshare with a namespace flag only, in the child.
+        let code = if unsafe { libc::unshare(libc::CLONE_NEWNET) } == 0 {
             0
         } else {
             errno().raw_os_error().unwrap_or(1).clamp(1, 255)
         };
-        // SAFETY: leaving the forked child without running destructors.
+        // SAFETY: leaving the child without running destructors.
         unsafe { libc::_exit(code) };
     }
+    match exit_code_of(pid as libc::pid_t)? {
+        0 => Ok(()),
+        e => Err(format!(
+            "the network namespace: {}",
+            std::io::Error::from_raw_os_error(e)
+        )),
+    }
+}
+
+/// The exit code of our child `pid`, once it has exited.
+fn exit_code_of(pid: libc::pid_t) -> Result<i32, String> {
     let mut status = 0;
     // SAFETY: waitpid on our own child with a valid status pointer.
     if unsafe { libc::waitpid(pid, &mut status, 0) } != pid || !libc::WIFEXITED(status) {
         return Err("the probe's child did not exit normally".into());
     }
-    match libc::WEXITSTATUS(status) {
-        0 => Ok(()),
-        e => Err(std::io::Error::from_raw_os_error(e).to_string()),
-    }
+    Ok(libc::WEXITSTATUS(status))
 }
 
 /// The Landlock ABI this kernel offers (0 if none).

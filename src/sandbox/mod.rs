@@ -281,6 +281,15 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state:
                 std::fs::canonicalize(&p).is_ok_and(|real| real == p && real.is_dir())
             })
             .collect(),
+        read_only_reals: policy
+            .read_only_paths()
+            .iter()
+            .filter_map(|p| {
+                let named = PathBuf::from(p);
+                let real = std::fs::canonicalize(&named).ok()?;
+                (real != named).then_some((named, real))
+            })
+            .collect(),
         approver_key: crate::approval::approver_key_path_in(|| home.map(Path::to_path_buf))
             .and_then(|k| std::fs::canonicalize(k).ok())
             .filter(|k| k.is_file()),

@@ -396,6 +396,10 @@ pub struct HostFacts {
     /// The approver's key file as it really is (links resolved), when it
     /// exists: hidden wherever a mount would show it.
     pub approver_key: Option<PathBuf>,
+    /// Each of the policy's `read_only_paths` whose real path (links
+    /// resolved) differs from it, with that real path: what shows there
+    /// inside is what lies under the real one on the host.
+    pub read_only_reals: Vec<(PathBuf, PathBuf)>,
 }
 
 /// Environment names tether passes into the sandbox (its allowlist).
@@ -419,6 +423,27 @@ const ENV_ALLOW: &[&str] = &[
 
 /// System directories bound read-only when present.
 pub const SYSTEM_DIRS: &[&str] = &["usr", "etc", "opt", "bin", "sbin", "lib", "lib32", "lib64", "libx32"];
+
+/// Where `target` (a real host path) shows inside the sandbox through the
+/// bound paths `shown`: under each that holds it, as the path is named
+/// inside (a read-only path named through a link shows what is under its
+/// real path, at its own name).
+fn shown_inside(shown: &[PathBuf], reals: &[(PathBuf, PathBuf)], target: &Path) -> Vec<PathBuf> {
+    let mut at = Vec::new();
+    for p in shown {
+        let real = reals
+            .iter()
+            .find(|(named, _)| named == p)
+            .map_or(p.as_path(), |(_, r)| r.as_path());
+        if let Ok(rest) = target.strip_prefix(real) {
+            let inside = p.join(rest);
+            if !at.contains(&inside) {
+                at.push(inside);
+            }
+        }
+    }
+    at
+}
 
 /// What of the sandbox's procfs is made read-only when the command acts as
 /// the host's root (those this kernel has).
@@ -630,10 +655,10 @@ pub fn build(
     }
     // A bound path that holds the state directory or a capture beside the
     // workspace would show held actions, other runs' writes and the trusted
-    // keys: hide them.
+    // keys: hide them, where they show inside.
     for d in std::iter::once(state_dir).chain(facts.launcher_dirs.iter().map(PathBuf::as_path)) {
-        if shown.iter().any(|p| d.starts_with(p)) {
-            mounts.push(Mount::MaskDir { dst: d.to_path_buf() });
+        for dst in shown_inside(&shown, &facts.read_only_reals, d) {
+            mounts.push(Mount::MaskDir { dst });
         }
     }
 
@@ -783,10 +808,21 @@ pub fn build(
     // The approver's key, wherever a mount shows it (a system directory, a
     // tool directory, a read-only path, the workspace): nothing inside may
     // read it, or approvals could be forged with it.
+    // One in a directory hidden already (the state directory, say) is not
+    // there to hide.
     if let Some(k) = &facts.approver_key {
-        let shown_here = k.starts_with(workspace) || shown.iter().any(|p| k.starts_with(p));
-        if shown_here && !facts.secret_files.contains(k) {
-            mounts.push(Mount::MaskFile { dst: k.clone() });
+        let mut at = shown_inside(&shown, &facts.read_only_reals, k);
+        if k.starts_with(workspace) {
+            at.push(k.clone());
+        }
+        for dst in at {
+            let hidden = mounts.iter().any(|m| {
+                matches!(m, Mount::MaskDir { dst: d } if dst.starts_with(d))
+                    || *m == Mount::MaskFile { dst: dst.clone() }
+            });
+            if !hidden {
+                mounts.push(Mount::MaskFile { dst });
+            }
         }
     }
 
@@ -1000,6 +1036,51 @@ mod tests {
                 p.mounts
             );
         }
+    }
+
+    /// A read-only path named through a link shows what is under its real
+    /// path: a key there is hidden at the name it has inside. A key in a
+    /// directory hidden already is left to that (its path is not there).
+    #[test]
+    fn the_approver_key_is_hidden_under_a_linked_read_only_path_and_not_twice() {
+        let mut f = facts();
+        f.approver_key = Some("/var/home/me/.config/tether-exec/approver.key".into());
+        f.read_only_reals = vec![("/home/me".into(), "/var/home/me".into())];
+        let p = build(
+            &policy("read_only_paths = [\"/home/me\"]"),
+            &f,
+            Path::new("/w"),
+            Path::new("/w"),
+            vec![],
+            Path::new("/s"),
+        )
+        .unwrap();
+        assert!(
+            p.mounts.contains(&Mount::MaskFile {
+                dst: "/home/me/.config/tether-exec/approver.key".into()
+            }),
+            "{:?}",
+            p.mounts
+        );
+        let mut f = facts();
+        f.approver_key = Some("/etc/tether/state/approver.key".into());
+        let p = build(
+            &policy(""),
+            &f,
+            Path::new("/w"),
+            Path::new("/w"),
+            vec![],
+            Path::new("/etc/tether/state"),
+        )
+        .unwrap();
+        assert!(p.mounts.contains(&Mount::MaskDir {
+            dst: "/etc/tether/state".into()
+        }));
+        assert!(
+            !p.mounts.iter().any(|m| matches!(m, Mount::MaskFile { .. })),
+            "{:?}",
+            p.mounts
+        );
     }
 
     #[test]

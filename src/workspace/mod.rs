@@ -1746,21 +1746,29 @@ const PENDING_TEMP_PREFIX: &str = "tmp-";
 /// pending check, for the refusal to say.
 pub fn writable_run_in_progress(state: &Path, workspace: &Path) -> Option<String> {
     let dir = pending_dir(state);
+    // A check no start can read is never counted: its run, if it ended
+    // with its launcher killed, never moved the generation on.
     let unreadable = |path: &Path, e: &dyn std::fmt::Display| {
         Some(format!(
-            "the pending check {} cannot be read ({e}), so a writable run may be in progress (if no tether-exec is running, remove that file and resume again)",
+            "the pending check {} cannot be read ({e}): a writable run may be in progress, or may have ended uncounted (its launcher killed); make the file readable to tether-exec, and the next start counts that run, or remove it",
             path.display()
+        ))
+    };
+    let dir_unreadable = |e: &dyn std::fmt::Display| {
+        Some(format!(
+            "the directory of pending checks {} cannot be read ({e}), so whether a writable run is in progress cannot be told; make it readable to tether-exec",
+            dir.display()
         ))
     };
     let rd = match std::fs::read_dir(&dir) {
         Ok(rd) => rd,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
-        Err(e) => return unreadable(&dir, &e),
+        Err(e) => return dir_unreadable(&e),
     };
     for e in rd {
         let e = match e {
             Ok(e) => e,
-            Err(e) => return unreadable(&dir, &e),
+            Err(e) => return dir_unreadable(&e),
         };
         if e.file_name().as_bytes().starts_with(PENDING_TEMP_PREFIX.as_bytes()) {
             // Not yet under its name: that run's command has not started.

@@ -90,6 +90,15 @@ impl World {
             .expect("run tether-exec")
     }
 
+    /// [`World::tx`] with a test hook of the debug build set (`var=value`).
+    pub fn tx_hooked(&self, args: &[&str], (var, value): (&str, &str)) -> Output {
+        self.command(args)
+            .env("TETHER_EXEC_APPROVER_KEY", self.outside.join("approver.key"))
+            .env(var, value)
+            .output()
+            .expect("run tether-exec")
+    }
+
     /// `tether-exec ARGS` with this world's state directory, in the
     /// workspace, stdin closed: not started yet (to watch it from the host
     /// while it runs).
