@@ -1339,6 +1339,47 @@ fn the_hosts_device_nodes_cannot_be_changed() {
     }
 }
 
+/// As root, with a workspace root owns, the command's files map to host
+/// root (README, "Limits"): what only root may read on the host is hidden,
+/// the shadow passwords and the private keys of the system among them.
+/// Judged from the host: the copies the command makes in the workspace hold
+/// none of it; the control copies them.
+#[test]
+fn the_systems_secrets_are_not_read_from_inside() {
+    let w = World::new();
+    let mut secrets = vec![std::path::PathBuf::from("/etc/shadow")];
+    secrets.extend(
+        std::fs::read_dir("/etc/ssl/private")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.is_file()),
+    );
+    for (i, secret) in secrets.iter().enumerate() {
+        let steal = format!("cat {} > stolen{i}; echo ran", secret.display());
+        let o = w.run(&steal);
+        assert_eq!(stdout(&o), "ran\n", "{}", text(&o));
+        let stolen = std::fs::read(w.ws.join(format!("stolen{i}"))).unwrap_or_default();
+        assert!(
+            stolen.is_empty(),
+            "{} was read from inside: {}",
+            secret.display(),
+            text(&o)
+        );
+        // Control: root copies it on the host (others cannot read it at all).
+        if is_root() {
+            let c = w.control(&steal);
+            assert_eq!(
+                std::fs::read(w.ws.join(format!("stolen{i}"))).unwrap(),
+                std::fs::read(secret).unwrap(),
+                "control: {}",
+                text(&c)
+            );
+        }
+    }
+}
+
 /// As the host's root, the command owns the kernel's global settings in
 /// `/proc/sys` (their modes are most of what guards them; `core_pattern`
 /// names a program the host runs as root). Both Landlock and a read-only

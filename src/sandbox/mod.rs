@@ -203,31 +203,11 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state:
     }
     // Outermost first: a pin mounted later on a parent would hide those below.
     policy_parents.sort_by_key(|p| p.components().count());
-    let system_secrets = [
-        "/etc/shadow",
-        "/etc/shadow-",
-        "/etc/gshadow",
-        "/etc/gshadow-",
-        "/etc/security/opasswd",
-        "/etc/sudoers",
-    ]
-    .iter()
-    .map(PathBuf::from)
-    .chain(
-        std::fs::read_dir("/etc/ssh")
-            .into_iter()
-            .flatten()
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| {
-                p.file_name().is_some_and(|n| {
-                    let n = n.to_string_lossy();
-                    n.starts_with("ssh_host_") && n.ends_with("_key")
-                })
-            }),
-    )
-    .filter(|p| p.is_file())
-    .collect();
+    let (system_secrets, system_secret_dirs) = if uid == 0 {
+        root_only_secrets()
+    } else {
+        Default::default()
+    };
     HostFacts {
         uid,
         gid,
@@ -265,6 +245,7 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state:
         git_includes,
         git_includes_unreadable,
         system_secrets,
+        system_secret_dirs,
         landlock_abi: apply::landlock_abi(),
         root_is_host_root: uid == 0 && root_maps_to_host_root(),
         overlay: None,
@@ -300,6 +281,77 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state:
             .into_iter()
             .collect(),
     }
+}
+
+/// Secrets of the system that only root can read, as (files, directories),
+/// for a sandbox whose files map to host root (see `plan`): the password
+/// and group shadows, sudoers, SSH host keys, and, where they are not
+/// readable by others, the usual places of private keys and credentials
+/// (TLS keys, systemd credentials, VPN and Wi-Fi secrets, keytabs). One
+/// `stat` each: walking all of /etc for what others cannot read would cost
+/// milliseconds a run.
+fn root_only_secrets() -> (Vec<PathBuf>, Vec<PathBuf>) {
+    const ALWAYS: [&str; 6] = [
+        "/etc/shadow",
+        "/etc/shadow-",
+        "/etc/gshadow",
+        "/etc/gshadow-",
+        "/etc/security/opasswd",
+        "/etc/sudoers",
+    ];
+    const UNLESS_PUBLIC: [&str; 18] = [
+        "/etc/ssl/private",
+        "/etc/pki/tls/private",
+        "/etc/credstore",
+        "/etc/credstore.encrypted",
+        "/etc/wireguard",
+        "/etc/NetworkManager/system-connections",
+        "/etc/ppp/chap-secrets",
+        "/etc/ppp/pap-secrets",
+        "/etc/ipsec.secrets",
+        "/etc/ipsec.d/private",
+        "/etc/openvpn",
+        "/etc/letsencrypt/archive",
+        "/etc/letsencrypt/live",
+        "/etc/docker/key.json",
+        "/etc/krb5.keytab",
+        "/etc/mysql/debian.cnf",
+        "/etc/libvirt/secrets",
+        "/etc/sudoers.d",
+    ];
+    let (mut files, mut dirs) = (Vec::new(), Vec::new());
+    let ssh_host_keys = std::fs::read_dir("/etc/ssh")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name().is_some_and(|n| {
+                let n = n.to_string_lossy();
+                n.starts_with("ssh_host_") && n.ends_with("_key")
+            })
+        });
+    for p in ALWAYS.iter().map(PathBuf::from).chain(ssh_host_keys) {
+        if p.is_file() {
+            files.push(p);
+        }
+    }
+    for p in UNLESS_PUBLIC.iter().map(PathBuf::from) {
+        // Not followed: a link is shown as the link it is.
+        let Ok(m) = std::fs::symlink_metadata(&p) else {
+            continue;
+        };
+        let others_read = if m.is_dir() { 0o005 } else { 0o004 };
+        if m.mode() & others_read == others_read {
+            continue;
+        }
+        if m.is_dir() {
+            dirs.push(p);
+        } else if m.is_file() {
+            files.push(p);
+        }
+    }
+    (files, dirs)
 }
 
 /// Whether `uid`/`gid` (no supplementary groups: the sandbox has none) can

@@ -376,6 +376,8 @@ pub struct HostFacts {
     pub git_includes_unreadable: Option<String>,
     /// Readable-by-owner-only secrets of the system (/etc/shadow...), masked when running as root.
     pub system_secrets: Vec<PathBuf>,
+    /// Directories of such secrets (/etc/ssl/private...), hidden likewise.
+    pub system_secret_dirs: Vec<PathBuf>,
     /// Landlock ABI the kernel offers (0: none).
     pub landlock_abi: u8,
     /// uid 0 here is the kernel's root user (host uid 0), not the root of a
@@ -612,6 +614,9 @@ pub fn build(
         // /etc/shadow & co: hide them.
         for s in &facts.system_secrets {
             mounts.push(Mount::MaskFile { dst: s.clone() });
+        }
+        for d in &facts.system_secret_dirs {
+            mounts.push(Mount::MaskDir { dst: d.clone() });
         }
     }
     // Tools on PATH and virtualenv interpreters that live outside the system tree.
@@ -1191,6 +1196,29 @@ mod tests {
     /// The host's network brings the host's abstract unix sockets along:
     /// without Landlock's scoping (ABI 6) nothing keeps the command from
     /// them, so `network = true` is refused rather than run less confined.
+    /// As root the system's root-only secrets are hidden, files and
+    /// directories; a caller who is not root cannot read them anyway.
+    #[test]
+    fn system_secrets_are_hidden_as_root() {
+        let mut f = facts();
+        f.system_secrets = vec!["/etc/shadow".into()];
+        f.system_secret_dirs = vec!["/etc/ssl/private".into()];
+        let p = plan_in_w(&policy(""), &f).unwrap();
+        assert!(!p
+            .mounts
+            .iter()
+            .any(|m| matches!(m, Mount::MaskFile { dst } | Mount::MaskDir { dst } if dst.starts_with("/etc"))));
+        f.uid = 0;
+        f.workspace_owner = (0, 0);
+        let p = plan_in_w(&policy(""), &f).unwrap();
+        assert!(p.mounts.contains(&Mount::MaskFile {
+            dst: "/etc/shadow".into()
+        }));
+        assert!(p.mounts.contains(&Mount::MaskDir {
+            dst: "/etc/ssl/private".into()
+        }));
+    }
+
     #[test]
     fn the_host_network_needs_abstract_sockets_scoped() {
         for (abi, network, ok) in [(5, true, false), (6, true, true), (5, false, true), (7, true, true)] {
