@@ -1519,8 +1519,12 @@ impl ApprovalStore {
         }
 
         // 2b. What the launcher sees now must be what was approved.
-        let changes = current_changes(held, current);
+        let mut changes = current_changes(held, current);
         if !changes.is_empty() {
+            // A run in progress may be what changed it: say so too.
+            if let Some(why) = &current.writable_run_in_progress {
+                changes.push(why.clone());
+            }
             return Err(ApprovalError::Changed {
                 id: id.to_string(),
                 changes: changes.join("; "),

@@ -626,6 +626,24 @@ fn changed_bindings_are_refused_naming_the_binding() {
     let _ticket = run(fx.resume(&held));
 }
 
+/// A changed workspace and a run in progress (which may be what changed it)
+/// are both named.
+#[test]
+fn a_change_made_while_a_run_is_in_progress_names_both() {
+    let fx = Fx::new();
+    let held = fx.hold_approved(request(None));
+    let mut cur = fx.current(&held);
+    cur.bindings.workspace_fingerprint = sha256_hex(b"tree 2");
+    cur.writable_run_in_progress = Some("a writable run is in progress in the workspace".into());
+    let err = refused(fx.store.begin_resume(&held.id, &cur, T0 + 1));
+    assert!(matches!(err, ApprovalError::Changed { .. }), "{err:?}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("workspace fingerprint changed") && msg.contains("a writable run is in progress"),
+        "{msg}"
+    );
+}
+
 #[test]
 fn wall_clock_expiry_is_exclusive() {
     let fx = Fx::new();
