@@ -1639,6 +1639,47 @@ fn no_new_privs_and_no_capabilities() {
     assert!(!out.lines().any(|l| l.trim() == "0"), "runs as uid 0 inside: {out}");
 }
 
+/// A set-user-ID program runs with its owner's rights: a root-owned one in
+/// the workspace (root put it there; the agent only runs it) would read what
+/// only root may. The workspace is a person's (uid 65534), so the sandbox
+/// acts as that person; the secret beside it is root's alone. Judged from
+/// the host: what the program copied holds nothing. Control: the same
+/// person runs it outside and gets the secret. Root alone can make such a
+/// program, so only root runs this.
+#[test]
+fn set_user_id_programs_give_no_rights() {
+    use std::os::unix::fs::PermissionsExt;
+    if !is_root() {
+        return;
+    }
+    let w = World::new();
+    let secret = w.write("secret", "root-only-sekrit\n");
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let suid = w.ws.join("suidcat");
+    std::fs::copy("/usr/bin/cat", &suid).unwrap();
+    std::fs::set_permissions(&suid, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    for d in [w.ws.parent().unwrap(), w.ws.as_path()] {
+        std::os::unix::fs::chown(d, Some(65534), Some(65534)).unwrap();
+    }
+    let steal = "./suidcat secret > stolen; echo ran";
+    let o = w.run(steal);
+    assert_eq!(stdout(&o), "ran\n", "{}", text(&o));
+    let stolen = std::fs::read_to_string(w.ws.join("stolen")).expect("the command wrote its copy");
+    assert!(
+        !stolen.contains("sekrit"),
+        "the set-user-ID program read it: {}",
+        text(&o)
+    );
+    std::fs::remove_file(w.ws.join("stolen")).unwrap();
+    let c = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "bash", "-c", steal])
+        .current_dir(&w.ws)
+        .output()
+        .unwrap();
+    let stolen = std::fs::read_to_string(w.ws.join("stolen")).unwrap_or_default();
+    assert!(stolen.contains("sekrit"), "control: {}", text(&c));
+}
+
 #[test]
 fn inherited_file_descriptors_are_closed() {
     let w = World::new();
