@@ -106,6 +106,50 @@ fn the_hosts_root_is_not_mounted_inside() {
     );
 }
 
+/// The invoking user's own home (from the password database, not `$HOME`,
+/// which a harness sets to the workspace) is not there: a file in it cannot
+/// be read or listed. Only tool directories on `PATH` below it are shown.
+/// A marker put there for the test is what the command looks for; the
+/// control reads it on the host.
+#[test]
+fn the_invoking_users_home_is_not_there() {
+    let uid = nix::unistd::geteuid();
+    let Some(home) = nix::unistd::User::from_uid(uid)
+        .ok()
+        .flatten()
+        .map(|u| u.dir)
+        .filter(|h| h.is_dir())
+    else {
+        return; // An account without a home (nobody's is /nonexistent) has none to hide.
+    };
+    struct Gone(std::path::PathBuf);
+    impl Drop for Gone {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+    let marker = Gone(home.join(format!(".tether-test-{}", rand_tag())));
+    if std::fs::write(&marker.0, "home-sekrit\n").is_err() {
+        return; // A home this account cannot write to.
+    }
+    let w = World::new();
+    let name = marker.0.file_name().unwrap().to_string_lossy().into_owned();
+    let look = format!("cat {0}; ls -a {1}; echo ran", marker.0.display(), home.display());
+    let o = w.run(&look);
+    assert!(stdout(&o).ends_with("ran\n"), "{}", text(&o));
+    assert!(
+        !stdout(&o).contains("home-sekrit") && !stdout(&o).contains(&name),
+        "the home is there: {}",
+        text(&o)
+    );
+    let c = w.control(&look);
+    assert!(
+        stdout(&c).contains("home-sekrit") && stdout(&c).contains(&name),
+        "control: {}",
+        text(&c)
+    );
+}
+
 #[test]
 fn write_to_the_hosts_tmp() {
     let w = World::new();
