@@ -270,15 +270,8 @@ fn nothing_inside_the_sandbox_can_approve() {
 #[test]
 fn the_approver_key_is_invisible_inside_wherever_it_is_kept() {
     let w = World::new();
-    /// Removes its directory, also when the test fails.
-    struct Gone(std::path::PathBuf);
-    impl Drop for Gone {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
     let mut places = vec![w.ws.join("keys/approver")];
-    let system = Gone(std::path::PathBuf::from(format!("/opt/tether-test-{}", rand_tag())));
+    let system = RemovedOnDrop(std::path::PathBuf::from(format!("/opt/tether-test-{}", rand_tag())));
     if is_root() && std::path::Path::new("/opt").is_dir() {
         places.push(system.0.join("signer"));
     }

@@ -122,13 +122,7 @@ fn the_invoking_users_home_is_not_there() {
     else {
         return; // An account without a home (nobody's is /nonexistent) has none to hide.
     };
-    struct Gone(std::path::PathBuf);
-    impl Drop for Gone {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_file(&self.0);
-        }
-    }
-    let marker = Gone(home.join(format!(".tether-test-{}", rand_tag())));
+    let marker = RemovedOnDrop(home.join(format!(".tether-test-{}", rand_tag())));
     if std::fs::write(&marker.0, "home-sekrit\n").is_err() {
         return; // A home this account cannot write to.
     }

@@ -254,16 +254,10 @@ pub fn probe_namespaces() -> Result<(), String> {
         exit_signal: libc::SIGCHLD as u64,
         ..CloneArgs::default()
     };
-    // SAFETY: clone3 with a valid clone_args of the size passed and no stack
-    // (fork semantics), in a single-threaded process (doctor); the child
-    // makes one system call and `_exit`s without running destructors.
-    let pid = unsafe {
-        libc::syscall(
-            libc::SYS_clone3,
-            &mut args as *mut CloneArgs,
-            std::mem::size_of::<CloneArgs>(),
-        )
-    };
+    // SAFETY: no stack (fork semantics) in a single-threaded process
+    // (doctor); the child makes one system call and `_exit`s without running
+    // destructors.
+    let pid = unsafe { clone3(&mut args) };
     if pid < 0 {
         return Err(format!("clone3: {}", errno()));
     }
@@ -323,6 +317,24 @@ struct CloneArgs {
     set_tid: u64,
     set_tid_size: u64,
     cgroup: u64,
+}
+
+/// clone3(2) with `args` (its size passed with it); the child's pid, 0 in
+/// the child, or -1 with errno set.
+///
+/// # Safety
+/// With no stack in `args` the child runs on a copy of the caller's, as
+/// after fork: the caller must be single-threaded, and the child must not
+/// touch state another thread held (there is none) and must end by exiting.
+unsafe fn clone3(args: &mut CloneArgs) -> libc::c_long {
+    // SAFETY: a valid clone_args of the size passed; the rest is the caller's.
+    unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            args as *mut CloneArgs,
+            std::mem::size_of::<CloneArgs>(),
+        )
+    }
 }
 
 /// `struct mount_attr` of mount_setattr(2).
@@ -479,17 +491,10 @@ pub fn run(
     // it can still reach after pivot_root.
     let self_attach = cgroup.as_ref().and_then(|c| c.v1_base.as_ref().map(|b| (b, c.name())));
     let started = Instant::now();
-    // SAFETY: clone3 with a valid clone_args of the size we pass and no stack
-    // (fork semantics). The process is single-threaded here (see module doc),
-    // so the child may continue running Rust code; it never returns from
-    // `init` (it exits).
-    let pid = unsafe {
-        libc::syscall(
-            libc::SYS_clone3,
-            &mut args as *mut CloneArgs,
-            std::mem::size_of::<CloneArgs>(),
-        )
-    };
+    // SAFETY: no stack (fork semantics). The process is single-threaded here
+    // (see module doc), so the child may continue running Rust code; it
+    // never returns from `init` (it exits).
+    let pid = unsafe { clone3(&mut args) };
     if pid < 0 {
         let e = std::io::Error::last_os_error();
         let hint = match e.raw_os_error() {

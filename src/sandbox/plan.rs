@@ -1022,15 +1022,7 @@ mod tests {
         ] {
             let mut f = facts();
             f.approver_key = Some(key.into());
-            let p = build(
-                &policy("read_only_paths = [\"/opt/tools\"]"),
-                &f,
-                Path::new("/w"),
-                Path::new("/w"),
-                vec![],
-                Path::new("/etc/tether/state"),
-            )
-            .unwrap();
+            let p = plan_in_w_with_state(&policy("read_only_paths = [\"/opt/tools\"]"), &f, "/etc/tether/state");
             let masked = p.mounts.contains(&Mount::MaskFile { dst: key.into() });
             assert_eq!(masked, shown, "{key}: {:?}", p.mounts);
             assert!(
@@ -1051,15 +1043,7 @@ mod tests {
         let mut f = facts();
         f.approver_key = Some("/var/home/me/.config/tether-exec/approver.key".into());
         f.read_only_reals = vec![("/home/me".into(), "/var/home/me".into())];
-        let p = build(
-            &policy("read_only_paths = [\"/home/me\"]"),
-            &f,
-            Path::new("/w"),
-            Path::new("/w"),
-            vec![],
-            Path::new("/s"),
-        )
-        .unwrap();
+        let p = plan_in_w(&policy("read_only_paths = [\"/home/me\"]"), &f).unwrap();
         assert!(
             p.mounts.contains(&Mount::MaskFile {
                 dst: "/home/me/.config/tether-exec/approver.key".into()
@@ -1069,15 +1053,7 @@ mod tests {
         );
         let mut f = facts();
         f.approver_key = Some("/etc/tether/state/approver.key".into());
-        let p = build(
-            &policy(""),
-            &f,
-            Path::new("/w"),
-            Path::new("/w"),
-            vec![],
-            Path::new("/etc/tether/state"),
-        )
-        .unwrap();
+        let p = plan_in_w_with_state(&policy(""), &f, "/etc/tether/state");
         assert!(p.mounts.contains(&Mount::MaskDir {
             dst: "/etc/tether/state".into()
         }));
@@ -1250,6 +1226,11 @@ mod tests {
     /// The plan for a workspace `/w` (cwd too) and state directory `/s`.
     fn plan_in_w(p: &Policy, f: &HostFacts) -> Result<Plan, PlanError> {
         build(p, f, Path::new("/w"), Path::new("/w"), vec![], Path::new("/s"))
+    }
+
+    /// [`plan_in_w`] with the state directory at `state`.
+    fn plan_in_w_with_state(p: &Policy, f: &HostFacts, state: &str) -> Plan {
+        build(p, f, Path::new("/w"), Path::new("/w"), vec![], Path::new(state)).unwrap()
     }
 
     #[test]

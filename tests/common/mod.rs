@@ -254,3 +254,15 @@ pub fn wait_for(p: &Path) -> bool {
     }
     exists(p)
 }
+
+/// A path of the host's (a file or a directory tree) a test made outside its
+/// own temporary folders: removed when dropped, also when the test fails.
+pub struct RemovedOnDrop(pub PathBuf);
+
+impl Drop for RemovedOnDrop {
+    fn drop(&mut self) {
+        if std::fs::remove_file(&self.0).is_err() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
