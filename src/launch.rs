@@ -1377,14 +1377,7 @@ pub fn resume_opened(id: &str, state: &Path, store: ApprovalStore) -> Finished {
             // dropped unfinished (the action reads as interrupted).
             let start_not_durable = std::cell::Cell::new(false);
             let make_start_durable = || {
-                let synced = if cfg!(debug_assertions)
-                    && std::env::var("TETHER_EXEC_TEST_FAIL_AT").is_ok_and(|v| v == "start-sync")
-                {
-                    Err("the test hook failed the sync".to_string())
-                } else {
-                    store.make_commits_durable().map_err(|e| e.to_string())
-                };
-                synced.map_err(|e| {
+                sync_start(&store).map_err(|e| {
                     start_not_durable.set(true);
                     format!("tether-exec: cannot put the start of {id} on disk, so nothing runs: {e}")
                 })
@@ -1425,6 +1418,15 @@ pub fn resume_opened(id: &str, state: &Path, store: ApprovalStore) -> Finished {
     }
 }
 
+/// Put a resume's start on disk (see [`ApprovalStore::make_commits_durable`]);
+/// a debug build's test hook (`TETHER_EXEC_TEST_FAIL_AT=start-sync`) fails it.
+fn sync_start(store: &ApprovalStore) -> std::io::Result<()> {
+    if cfg!(debug_assertions) && std::env::var("TETHER_EXEC_TEST_FAIL_AT").is_ok_and(|v| v == "start-sync") {
+        return Err(std::io::Error::other("the test hook failed the sync"));
+    }
+    store.make_commits_durable().map_err(std::io::Error::other)
+}
+
 /// Land an approved preview: exactly the captured changes, without running the
 /// command again; replay its recorded output and exit code. The preview is
 /// removed by the caller once the result is on record (see `LandedPreview`).
@@ -1450,12 +1452,7 @@ fn land_preview(
         action: id.to_string(),
         run: run_id.to_string(),
     };
-    let make_start_durable = || {
-        if cfg!(debug_assertions) && std::env::var("TETHER_EXEC_TEST_FAIL_AT").is_ok_and(|v| v == "start-sync") {
-            return Err(std::io::Error::other("the test hook failed the sync"));
-        }
-        store.make_commits_durable().map_err(std::io::Error::other)
-    };
+    let make_start_durable = || sync_start(store);
     // The check a run owes after it (see `execute`), owed by a landing too:
     // what a preview lands can make a `.git` file or a gitlink that git
     // would follow, which the preview's own check of paths does not see.

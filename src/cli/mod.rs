@@ -658,11 +658,7 @@ fn doctor(json: bool, state_dir: Option<PathBuf>) -> i32 {
         match (&made, zero.as_slice()) {
             (Ok(()), []) => format!("made new {} namespaces", crate::sandbox::NAMESPACES.join(", ")),
             (_, []) => format!("cannot make new {} namespaces: {}", crate::sandbox::NAMESPACES.join(", "), made.as_ref().err().map_or("", String::as_str)),
-            (_, zero) => format!(
-                "no new {} namespaces allowed ({} is 0)",
-                zero.join(", "),
-                zero.iter().map(|n| format!("/proc/sys/user/max_{n}_namespaces")).collect::<Vec<_>>().join(", ")
-            ),
+            (_, zero) => crate::sandbox::zero_limits_named(zero),
         },
         "raise the zero limits (sysctl user.max_<name>_namespaces=15000); otherwise a security module or a container's seccomp filter refuses them: allow unshare/clone3 of namespaces for tether-exec",
     );

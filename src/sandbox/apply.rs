@@ -501,9 +501,8 @@ pub fn run(
             Some(libc::ENOSPC) => match super::namespaces_limited_to_zero().as_slice() {
                 [] => " (a limit on the number of namespaces was reached: /proc/sys/user/max_*_namespaces count them per user; so the sandbox cannot be built: refusing to run un-isolated; see `tether-exec doctor`)".to_string(),
                 zero => format!(
-                    " (this kernel allows no new {} namespaces: {} is 0; so the sandbox cannot be built: refusing to run un-isolated; see `tether-exec doctor`)",
-                    zero.join(", "),
-                    zero.iter().map(|n| format!("/proc/sys/user/max_{n}_namespaces")).collect::<Vec<_>>().join(", ")
+                    " ({}, so the sandbox cannot be built: refusing to run un-isolated; see `tether-exec doctor`)",
+                    super::zero_limits_named(zero)
                 ),
             },
             Some(libc::EPERM) => {

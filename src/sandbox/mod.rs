@@ -47,6 +47,20 @@ pub fn namespaces_limited_to_zero() -> Vec<&'static str> {
         .collect()
 }
 
+/// What [`namespaces_limited_to_zero`] found, for a message: which
+/// namespaces, and the sysctl files that say so.
+pub fn zero_limits_named(zero: &[&str]) -> String {
+    let files: Vec<String> = zero
+        .iter()
+        .map(|n| format!("/proc/sys/user/max_{n}_namespaces"))
+        .collect();
+    format!(
+        "no new {} namespaces are allowed ({} is 0)",
+        zero.join(", "),
+        files.join(", ")
+    )
+}
+
 pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state: &Path) -> HostFacts {
     // SAFETY-free: geteuid/getegid via nix.
     let uid = nix::unistd::geteuid().as_raw();
