@@ -2160,6 +2160,59 @@ fn a_read_only_path_holding_the_state_directory_does_not_show_it() {
     assert!(String::from_utf8_lossy(&c.stdout).contains("\"seq\""), "control");
 }
 
+#[test]
+fn a_read_only_path_named_through_an_absolute_link_is_readable_and_stays_unwritten() {
+    // Toolchains are often reached through a link (`/opt/sdk` -> its
+    // versioned directory). An absolute link's target is resolved in the
+    // sandbox's own root, where the target must be there too.
+    let base = tempfile::Builder::new()
+        .prefix("tether-test-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    let (ws, state, real, link) = (
+        base.path().join("ws"),
+        base.path().join("state"),
+        base.path().join("sdk-1.2"),
+        base.path().join("sdk"),
+    );
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::create_dir_all(&real).unwrap();
+    std::fs::write(real.join("version.txt"), "1.2\n").unwrap();
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let policy = base.path().join("policy.toml");
+    std::fs::write(&policy, format!("read_only_paths = [{link:?}]\n")).unwrap();
+    let run = |script: &str| {
+        Command::new(bin())
+            .arg("--state-dir")
+            .arg(&state)
+            .args(["run", "--policy", policy.to_str().unwrap(), "-c", script])
+            .current_dir(&ws)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let o = run(&format!("cat {}/version.txt", link.display()));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(stdout(&o), "1.2\n");
+    // Through the link and at the real path, nothing is written.
+    for target in [link.join("version.txt"), real.join("version.txt"), link.join("new.txt")] {
+        let o = run(&format!("echo changed | tee {}", target.display()));
+        assert_ne!(o.status.code(), Some(0), "{}: {}", target.display(), text(&o));
+    }
+    assert_eq!(std::fs::read_to_string(real.join("version.txt")).unwrap(), "1.2\n");
+    assert!(
+        !exists(&real.join("new.txt")),
+        "a file was made through the read-only path"
+    );
+    // Control: outside, the same write through the link lands.
+    let c = Command::new("bash")
+        .arg("-c")
+        .arg(format!("echo changed | tee {}", link.join("new.txt").display()))
+        .output()
+        .unwrap();
+    assert!(c.status.success() && exists(&real.join("new.txt")), "control");
+}
+
 /// Spawns `script` in the sandbox; once it has written `during.txt`, returns
 /// whichever of `paths` exist on the host while it still runs (it sleeps).
 fn present_during_run(w: &World, script: &str, paths: &[&str]) -> (Vec<String>, std::process::Output) {

@@ -399,8 +399,8 @@ pub struct HostFacts {
     /// exists: hidden wherever a mount would show it.
     pub approver_key: Option<PathBuf>,
     /// Each of the policy's `read_only_paths` whose real path (links
-    /// resolved) differs from it, with that real path: what shows there
-    /// inside is what lies under the real one on the host.
+    /// resolved) differs from it, with that real path: the bind is made
+    /// there, and the name links to it.
     pub read_only_reals: Vec<(PathBuf, PathBuf)>,
 }
 
@@ -426,25 +426,16 @@ const ENV_ALLOW: &[&str] = &[
 /// System directories bound read-only when present.
 pub const SYSTEM_DIRS: &[&str] = &["usr", "etc", "opt", "bin", "sbin", "lib", "lib32", "lib64", "libx32"];
 
-/// Where `target` (a real host path) shows inside the sandbox through the
-/// bound paths `shown`: under each that holds it, as the path is named
-/// inside (a read-only path named through a link shows what is under its
-/// real path, at its own name).
-fn shown_inside(shown: &[PathBuf], reals: &[(PathBuf, PathBuf)], target: &Path) -> Vec<PathBuf> {
-    let mut at = Vec::new();
-    for p in shown {
-        let real = reals
-            .iter()
-            .find(|(named, _)| named == p)
-            .map_or(p.as_path(), |(_, r)| r.as_path());
-        if let Ok(rest) = target.strip_prefix(real) {
-            let inside = p.join(rest);
-            if !at.contains(&inside) {
-                at.push(inside);
-            }
-        }
-    }
-    at
+/// Whether `target` (a real host path) shows inside the sandbox, at its own
+/// path, through one of the bound paths `shown` (each bound at its real path).
+fn shows(shown: &[PathBuf], target: &Path) -> bool {
+    shown.iter().any(|p| target.starts_with(p))
+}
+
+/// The sandbox's own directory (`/tmp`, `/dev`, `/proc`) that would cover
+/// a host path bound at `p`.
+fn sandbox_own_dir(p: &Path) -> Option<&'static str> {
+    ["/tmp", "/dev", "/proc"].into_iter().find(|d| p.starts_with(d))
 }
 
 /// What of the sandbox's procfs is made read-only when the command acts as
@@ -477,6 +468,12 @@ pub enum PlanError {
     GitIndexUnreadable(PathBuf),
     #[error("{} has other hard links: a read-only mount covers one name, and through another in the workspace a run would write what git obeys (a hook, its config) in place; a writable run is refused. Give it a name of its own (copy it, then rename the copy over it), or make the other name a symlink", .0.display())]
     GitControlLinked(PathBuf),
+    #[error("read_only_paths entry `{}` leads to {}, under {own}, which the sandbox has its own of: it would not be visible there, so nothing ran. Name a path whose real place is outside /tmp, /dev and /proc", named.display(), real.display())]
+    ReadOnlyPathCovered {
+        named: PathBuf,
+        real: PathBuf,
+        own: &'static str,
+    },
 }
 
 /// The directory trees `writable_globs` allow, relative to the workspace
@@ -647,23 +644,51 @@ pub fn build(
     // directories, read-only paths.
     let mut shown: Vec<PathBuf> = facts.root_dirs.iter().map(|n| Path::new("/").join(n)).collect();
     shown.extend(extra.iter().cloned());
-    for p in policy.read_only_paths() {
-        let p = PathBuf::from(p);
-        if !p.starts_with(state_dir) {
-            mounts.push(Mount::Bind {
-                src: p.clone(),
-                dst: p.clone(),
-                writable: false,
+    // A read-only path named through a link is bound at its real path, where
+    // the host's absolute links lead (a bind at the name would resolve them
+    // in the sandbox's root, where their targets are not); its name becomes
+    // a link to it, unless a bind shows the host's link there already.
+    let mut named_links = Vec::new();
+    for named in policy.read_only_paths() {
+        let named = PathBuf::from(named);
+        let real = facts
+            .read_only_reals
+            .iter()
+            .find(|(n, _)| *n == named)
+            .map_or_else(|| named.clone(), |(_, r)| r.clone());
+        if named.starts_with(state_dir) || real.starts_with(state_dir) {
+            continue;
+        }
+        if let Some(own) = sandbox_own_dir(&real) {
+            return Err(PlanError::ReadOnlyPathCovered { named, real, own });
+        }
+        mounts.push(Mount::Bind {
+            src: real.clone(),
+            dst: real.clone(),
+            writable: false,
+        });
+        if real != named {
+            named_links.push((named, real.clone()));
+        }
+        shown.push(real);
+    }
+    for (named, real) in named_links {
+        let shows_the_hosts_link = named.starts_with(workspace)
+            || shown.iter().any(|s| named.starts_with(s))
+            || mounts.iter().any(|m| m.paths().next() == Some(named.as_path()));
+        if !shows_the_hosts_link {
+            mounts.push(Mount::Symlink {
+                target: real,
+                dst: named,
             });
-            shown.push(p);
         }
     }
     // A bound path that holds the state directory or a capture beside the
     // workspace would show held actions, other runs' writes and the trusted
     // keys: hide them, where they show inside.
     for d in std::iter::once(state_dir).chain(facts.launcher_dirs.iter().map(PathBuf::as_path)) {
-        for dst in shown_inside(&shown, &facts.read_only_reals, d) {
-            mounts.push(Mount::MaskDir { dst });
+        if shows(&shown, d) {
+            mounts.push(Mount::MaskDir { dst: d.to_path_buf() });
         }
     }
 
@@ -816,18 +841,11 @@ pub fn build(
     // One in a directory hidden already (the state directory, say) is not
     // there to hide.
     if let Some(k) = &facts.approver_key {
-        let mut at = shown_inside(&shown, &facts.read_only_reals, k);
-        if k.starts_with(workspace) {
-            at.push(k.clone());
-        }
-        for dst in at {
-            let hidden = mounts.iter().any(|m| {
-                matches!(m, Mount::MaskDir { dst: d } if dst.starts_with(d))
-                    || *m == Mount::MaskFile { dst: dst.clone() }
-            });
-            if !hidden {
-                mounts.push(Mount::MaskFile { dst });
-            }
+        let hidden = mounts.iter().any(|m| {
+            matches!(m, Mount::MaskDir { dst: d } if k.starts_with(d)) || *m == Mount::MaskFile { dst: k.clone() }
+        });
+        if (shows(&shown, k) || k.starts_with(workspace)) && !hidden {
+            mounts.push(Mount::MaskFile { dst: k.clone() });
         }
     }
 
@@ -1035,8 +1053,8 @@ mod tests {
         }
     }
 
-    /// A read-only path named through a link shows what is under its real
-    /// path: a key there is hidden at the name it has inside. A key in a
+    /// A read-only path named through a link is bound at its real path: a
+    /// key there is hidden at that path (the name leads to it). A key in a
     /// directory hidden already is left to that (its path is not there).
     #[test]
     fn the_approver_key_is_hidden_under_a_linked_read_only_path_and_not_twice() {
@@ -1046,7 +1064,7 @@ mod tests {
         let p = plan_in_w(&policy("read_only_paths = [\"/home/me\"]"), &f).unwrap();
         assert!(
             p.mounts.contains(&Mount::MaskFile {
-                dst: "/home/me/.config/tether-exec/approver.key".into()
+                dst: "/var/home/me/.config/tether-exec/approver.key".into()
             }),
             "{:?}",
             p.mounts
@@ -1062,6 +1080,60 @@ mod tests {
             "{:?}",
             p.mounts
         );
+    }
+
+    /// A bind at a linked name would resolve an absolute link in the
+    /// sandbox's root, where its target is not: the bind is at the real
+    /// path, and the name links there unless a bound directory shows the
+    /// host's own link.
+    #[test]
+    fn a_linked_read_only_path_is_bound_at_its_real_path_and_named_by_a_link() {
+        let bind = |p: &str| Mount::Bind {
+            src: p.into(),
+            dst: p.into(),
+            writable: false,
+        };
+        let mut f = facts();
+        f.read_only_reals = vec![
+            ("/srv/sdk".into(), "/data/sdk-1.2".into()),
+            ("/usr/local/jdk".into(), "/data/jdk-21".into()),
+        ];
+        let p = plan_in_w(
+            &policy("read_only_paths = [\"/srv/sdk\", \"/usr/local/jdk\", \"/srv/plain\"]"),
+            &f,
+        )
+        .unwrap();
+        for m in [bind("/data/sdk-1.2"), bind("/data/jdk-21"), bind("/srv/plain")] {
+            assert!(p.mounts.contains(&m), "{m:?} in {:?}", p.mounts);
+        }
+        assert!(
+            p.mounts.contains(&Mount::Symlink {
+                target: "/data/sdk-1.2".into(),
+                dst: "/srv/sdk".into()
+            }),
+            "{:?}",
+            p.mounts
+        );
+        // /usr is bound from the host, with the host's link in it.
+        assert!(
+            !p.mounts
+                .iter()
+                .any(|m| m.paths().any(|x| x == Path::new("/usr/local/jdk"))),
+            "{:?}",
+            p.mounts
+        );
+    }
+
+    #[test]
+    fn a_read_only_path_leading_where_the_sandbox_has_its_own_is_refused() {
+        let mut f = facts();
+        f.read_only_reals = vec![("/srv/cache".into(), "/tmp/cache".into())];
+        let e = plan_in_w(&policy("read_only_paths = [\"/srv/cache\"]"), &f).unwrap_err();
+        assert!(
+            matches!(&e, PlanError::ReadOnlyPathCovered { own: "/tmp", .. }),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("`/srv/cache` leads to /tmp/cache"), "{e}");
     }
 
     #[test]
