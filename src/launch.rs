@@ -121,7 +121,6 @@ fn make_preview(
         req.sandbox_argv(),
         &req.state_dir,
         capture.0.as_ref(),
-        sandbox::SystemFacts::gather(policy, &req.workspace),
     )?;
     let (out, err) = capture
         .0
@@ -320,14 +319,8 @@ pub fn run(req: &Request, stdin_is_tty: bool) -> Finished {
             }
         }
         Verdict::Allow => {
-            let ((recovered, capture), system) = with_system_facts(&policy, &req.workspace, true, || {
-                (
-                    recover(&req.state_dir),
-                    capture_for(&policy, &req.state_dir, &req.workspace),
-                )
-            });
-            let system = system.expect("asked for");
-            let capture = match capture {
+            let recovered = recover(&req.state_dir);
+            let capture = match capture_for(&policy, &req.state_dir, &req.workspace) {
                 Ok(c) => c,
                 Err(e) => return not_started(receipt, e, on_record),
             };
@@ -338,7 +331,6 @@ pub fn run(req: &Request, stdin_is_tty: bool) -> Finished {
                 req.sandbox_argv(),
                 &req.state_dir,
                 capture.as_ref(),
-                system,
             ) {
                 Ok(p) => p,
                 Err(e) => {
@@ -365,35 +357,6 @@ pub fn run(req: &Request, stdin_is_tty: bool) -> Finished {
             done
         }
     }
-}
-
-/// `work` done here while the system's facts (when `wanted`) are read on
-/// another core: finishing interrupted commits and preparing the capture
-/// change nothing of them (see `SystemFacts`). The thread has ended when this
-/// returns, before any sandbox is cloned from this process.
-fn with_system_facts<T>(
-    policy: &Policy,
-    ws: &Path,
-    wanted: bool,
-    work: impl FnOnce() -> T,
-) -> (T, Option<sandbox::SystemFacts>) {
-    std::thread::scope(|s| {
-        let reader = wanted
-            .then(|| {
-                std::thread::Builder::new()
-                    .name("system-facts".into())
-                    .spawn_scoped(s, || sandbox::SystemFacts::gather(policy, ws))
-                    .ok()
-            })
-            .flatten();
-        let out = work();
-        let facts = wanted.then(|| {
-            reader
-                .and_then(|t| t.join().ok())
-                .unwrap_or_else(|| sandbox::SystemFacts::gather(policy, ws))
-        });
-        (out, facts)
-    })
 }
 
 /// A run that fails before its sandbox exists is still a decision on record
@@ -510,9 +473,8 @@ fn plan_for(
     argv: Vec<String>,
     state: &Path,
     capture: Option<&Capture>,
-    system: sandbox::SystemFacts,
 ) -> Result<(plan::Plan, crate::workspace::EnvSecrets), String> {
-    let mut facts = sandbox::host_facts(system, policy, ws, state);
+    let mut facts = sandbox::host_facts(policy, ws, crate::state::account_home().as_deref(), state);
     match capture {
         Some(c) if c.subtrees.is_empty() => facts.overlay = Some((c.upper(), c.work())),
         Some(c) => {
@@ -1242,32 +1204,25 @@ pub fn resume_opened(id: &str, state: &Path, store: ApprovalStore) -> Finished {
             )
         }
     };
-    // A preview lands what was captured: nothing runs, no sandbox is planned.
-    let runs = ctx.preview.is_none();
-    let ((recovered, current_bindings, capture), system) = with_system_facts(&policy, &ctx.workspace, runs, || {
-        let recovered = recover(state);
-        // The workspace as it is, before preparing the run changes anything
-        // in it (the empty checkouts `capture_for` may make).
-        let current_bindings = bindings(&current_policy, &ctx.workspace, state);
-        let capture = (runs && current_bindings.is_ok()).then(|| capture_for(&policy, state, &ctx.workspace));
-        (recovered, current_bindings, capture)
-    });
-    let mut current_bindings = match current_bindings {
+    let recovered = recover(state);
+    // The workspace as it is, before preparing the run changes anything in
+    // it (the empty checkouts `capture_for` may make).
+    let mut current_bindings = match bindings(&current_policy, &ctx.workspace, state) {
         Ok(b) => b,
         Err(e) => return refused(&mut log, receipt, exit::INTERNAL, e),
     };
-    let (mut capture, prepared) = match (capture, system) {
-        (Some(capture), Some(system)) => {
-            let capture = match capture {
-                Ok(c) => UnusedCapture(c),
-                Err(e) => return refused(&mut log, receipt, exit::INTERNAL, e),
-            };
-            match plan_for(&policy, &ctx.workspace, &cwd, argv, state, capture.0.as_ref(), system) {
-                Ok(p) => (capture, Some(p)),
-                Err(e) => return refused(&mut log, receipt, exit::INTERNAL, e),
-            }
+    // A preview lands what was captured: nothing runs, no sandbox is planned.
+    let (mut capture, prepared) = if ctx.preview.is_some() {
+        (UnusedCapture(None), None)
+    } else {
+        let capture = match capture_for(&policy, state, &ctx.workspace) {
+            Ok(c) => UnusedCapture(c),
+            Err(e) => return refused(&mut log, receipt, exit::INTERNAL, e),
+        };
+        match plan_for(&policy, &ctx.workspace, &cwd, argv, state, capture.0.as_ref()) {
+            Ok(p) => (capture, Some(p)),
+            Err(e) => return refused(&mut log, receipt, exit::INTERNAL, e),
         }
-        _ => (UnusedCapture(None), None),
     };
     current_bindings.policy_digest = current_policy.digest();
     if let Some(pr) = &ctx.preview {

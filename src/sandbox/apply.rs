@@ -43,10 +43,9 @@
 //! `step\treason`, and nothing runs: there is no fallback to less isolation.
 //!
 //! Code after `clone3` and `fork` runs in a copy of this process. tether-exec is
-//! single-threaded when it spawns (the one thread it starts before this point,
-//! which reads the system's facts, has been joined), so the copy can allocate
-//! and use the Rust runtime like after a plain `fork()` in a single-threaded
-//! program.
+//! single-threaded when it spawns (nothing in it starts threads before this
+//! point), so the copy can allocate and use the Rust runtime like after a plain
+//! `fork()` in a single-threaded program.
 
 mod guard;
 

@@ -29,6 +29,9 @@ fn root_maps_to_host_root() -> bool {
     })
 }
 
+/// Read what the planner needs to know about this host and workspace.
+/// `state`: where the secret scan keeps its listings (see
+/// [`crate::workspace::listing`]).
 /// The namespaces a sandbox is made of, by the name of their limit in
 /// `/proc/sys/user/max_<name>_namespaces`.
 pub const NAMESPACES: [&str; 6] = ["user", "mnt", "pid", "ipc", "uts", "net"];
@@ -58,51 +61,7 @@ pub fn zero_limits_named(zero: &[&str]) -> String {
     )
 }
 
-/// What the planner needs to know about the system, apart from the
-/// workspace's contents: who runs, the system directories, the tool
-/// directories on PATH, the system's secrets, what the kernel offers, where
-/// the read-only paths and the approver's key really are. Nothing a run can
-/// change: [`SystemFacts::gather`] may read it on another thread while the
-/// launcher prepares the workspace.
-pub struct SystemFacts {
-    uid: u32,
-    gid: u32,
-    owner: (u32, u32),
-    home: Option<PathBuf>,
-    root_symlinks: Vec<(String, PathBuf)>,
-    root_dirs: Vec<String>,
-    env: Vec<(String, String)>,
-    extra_tool_dirs: Vec<PathBuf>,
-    system_secrets: Vec<PathBuf>,
-    system_secret_dirs: Vec<PathBuf>,
-    landlock_abi: u8,
-    root_is_host_root: bool,
-    read_only_reals: Vec<(PathBuf, PathBuf)>,
-    approver_key: Option<PathBuf>,
-}
-
-/// Whether the sandbox, acting as the workspace's `owner` when root runs it
-/// for someone else, can reach `p`, and `p` does not hold the approver's key
-/// (whose directory is `key_dir`).
-fn showable(p: &Path, uid: u32, owner: (u32, u32), key_dir: Option<&Path>) -> bool {
-    // As root, the sandbox acts as the workspace's owner (see `plan`): a tool
-    // directory that owner cannot reach on the host (under root's 0700 home,
-    // say) is neither shown to it nor reachable by init, which sets the
-    // sandbox up as that owner.
-    let as_owner = uid == 0 && owner.0 != 0;
-    // Never a directory that holds the approver's key (`~/.config` is kept
-    // out by name in the plan; this is for keys kept elsewhere, and for `~`).
-    (!as_owner || reachable_by(p, owner.0, owner.1)) && !key_dir.is_some_and(|k| k.starts_with(p))
-}
-
-impl SystemFacts {
-    /// Read them (the account's home from the password database).
-    pub fn gather(policy: &Policy, workspace: &Path) -> SystemFacts {
-        gather_system(policy, workspace, crate::state::account_home())
-    }
-}
-
-fn gather_system(policy: &Policy, workspace: &Path, home: Option<PathBuf>) -> SystemFacts {
+pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state: &Path) -> HostFacts {
     // SAFETY-free: geteuid/getegid via nix.
     let uid = nix::unistd::geteuid().as_raw();
     let gid = nix::unistd::getegid().as_raw();
@@ -139,57 +98,33 @@ fn gather_system(policy: &Policy, workspace: &Path, home: Option<PathBuf>) -> Sy
             }
             seen.push(entry);
             if let Some(real) = crate::state::real_dir(p) {
-                let real = tool_root(&real, home.as_deref());
+                let real = tool_root(&real, home);
                 if !system(&real) && !real.starts_with(workspace) && !extra_tool_dirs.contains(&real) {
                     extra_tool_dirs.push(real);
                 }
             }
         }
     }
-    let key_path = crate::approval::approver_key_path_in(|| home.clone());
-    let key_dir = key_path.as_deref().and_then(Path::parent);
-    let mut extra_tool_dirs = without_nested(extra_tool_dirs);
-    extra_tool_dirs.retain(|d| showable(d, uid, owner, key_dir));
-    let (system_secrets, system_secret_dirs) = if uid == 0 {
-        root_only_secrets()
-    } else {
-        Default::default()
-    };
-    SystemFacts {
-        uid,
-        gid,
-        owner,
-        root_symlinks,
-        root_dirs,
-        env,
-        extra_tool_dirs,
-        system_secrets,
-        system_secret_dirs,
-        landlock_abi: apply::landlock_abi(),
-        root_is_host_root: uid == 0 && root_maps_to_host_root(),
-        read_only_reals: policy
-            .read_only_paths()
-            .iter()
-            .filter_map(|p| {
-                let named = PathBuf::from(p);
-                let real = std::fs::canonicalize(&named).ok()?;
-                (real != named).then_some((named, real))
+    // As root, the sandbox acts as the workspace's owner (see `plan`): a tool
+    // directory that owner cannot reach on the host (under root's 0700 home,
+    // say) is neither shown to it nor reachable by init, which sets the
+    // sandbox up as that owner.
+    let as_owner = uid == 0 && owner.0 != 0;
+    let reachable = |p: &Path| !as_owner || reachable_by(p, owner.0, owner.1);
+    // Never a directory that holds the approver's key (`~/.config` is kept
+    // out by name in the plan; this is for keys kept elsewhere, and for `~`).
+    let approver_key_dir = std::cell::OnceCell::new();
+    let holds_key = |d: &Path| {
+        approver_key_dir
+            .get_or_init(|| {
+                crate::approval::approver_key_path_in(|| home.map(Path::to_path_buf))
+                    .and_then(|k| k.parent().map(Path::to_path_buf))
             })
-            .collect(),
-        approver_key: key_path
-            .and_then(|k| std::fs::canonicalize(k).ok())
-            .filter(|k| k.is_file()),
-        home,
-    }
-}
-
-/// Read what the planner needs to know about this host and workspace, the
-/// system's part (`sys`) read already. `state`: where the secret scan keeps
-/// its listings (see [`crate::workspace::listing`]).
-pub fn host_facts(sys: SystemFacts, policy: &Policy, workspace: &Path, state: &Path) -> HostFacts {
-    let system = |p: &Path| plan::SYSTEM_DIRS.iter().any(|d| p.starts_with(Path::new("/").join(d)));
-    let key_path = crate::approval::approver_key_path_in(|| sys.home.clone());
-    let key_dir = key_path.as_deref().and_then(Path::parent);
+            .as_ref()
+            .is_some_and(|k: &PathBuf| k.starts_with(d))
+    };
+    let mut extra_tool_dirs = without_nested(extra_tool_dirs);
+    extra_tool_dirs.retain(|d| reachable(d) && !holds_key(d));
     // A virtualenv's base interpreter (`home = DIR` in its pyvenv.cfg), when
     // it lives outside the system tree (pyenv, uv): its `bin` and the `lib`
     // and `include` beside it, and nothing else of that prefix. The file is the workspace's, so the run before this one may
@@ -224,7 +159,7 @@ pub fn host_facts(sys: SystemFacts, policy: &Policy, workspace: &Path, state: &P
                 .filter_map(|n| bin.parent().map(|p| p.join(n)))
                 .filter(|d| d.is_dir());
             for d in std::iter::once(bin.clone()).chain(beside) {
-                if showable(&d, sys.uid, sys.owner, key_dir) && !venv_prefixes.contains(&d) {
+                if reachable(&d) && !holds_key(&d) && !venv_prefixes.contains(&d) {
                     venv_prefixes.push(d);
                 }
             }
@@ -282,14 +217,19 @@ pub fn host_facts(sys: SystemFacts, policy: &Policy, workspace: &Path, state: &P
     }
     // Outermost first: a pin mounted later on a parent would hide those below.
     policy_parents.sort_by_key(|p| p.components().count());
+    let (system_secrets, system_secret_dirs) = if uid == 0 {
+        root_only_secrets()
+    } else {
+        Default::default()
+    };
     HostFacts {
-        uid: sys.uid,
-        gid: sys.gid,
-        workspace_owner: sys.owner,
-        root_symlinks: sys.root_symlinks,
-        root_dirs: sys.root_dirs,
-        env: sys.env,
-        extra_tool_dirs: sys.extra_tool_dirs,
+        uid,
+        gid,
+        workspace_owner: owner,
+        root_symlinks,
+        root_dirs,
+        env,
+        extra_tool_dirs,
         venv_prefixes,
         secret_files: secrets.hidden,
         env_secrets: secrets.env,
@@ -318,10 +258,10 @@ pub fn host_facts(sys: SystemFacts, policy: &Policy, workspace: &Path, state: &P
         nested_trees,
         git_includes,
         git_includes_unreadable,
-        system_secrets: sys.system_secrets,
-        system_secret_dirs: sys.system_secret_dirs,
-        landlock_abi: sys.landlock_abi,
-        root_is_host_root: sys.root_is_host_root,
+        system_secrets,
+        system_secret_dirs,
+        landlock_abi: apply::landlock_abi(),
+        root_is_host_root: uid == 0 && root_maps_to_host_root(),
         overlay: None,
         git_overlays: Vec::new(),
         writable_trees_present: plan::writable_trees(policy)
@@ -336,8 +276,18 @@ pub fn host_facts(sys: SystemFacts, policy: &Policy, workspace: &Path, state: &P
                 std::fs::canonicalize(&p).is_ok_and(|real| real == p && real.is_dir())
             })
             .collect(),
-        read_only_reals: sys.read_only_reals,
-        approver_key: sys.approver_key,
+        read_only_reals: policy
+            .read_only_paths()
+            .iter()
+            .filter_map(|p| {
+                let named = PathBuf::from(p);
+                let real = std::fs::canonicalize(&named).ok()?;
+                (real != named).then_some((named, real))
+            })
+            .collect(),
+        approver_key: crate::approval::approver_key_path_in(|| home.map(Path::to_path_buf))
+            .and_then(|k| std::fs::canonicalize(k).ok())
+            .filter(|k| k.is_file()),
         launcher_dirs: workspace
             .parent()
             .map(|p| p.join(crate::workspace::overlay::BESIDE_WORKSPACE))
