@@ -40,6 +40,10 @@ pub struct Finished {
     /// Work left once the result is out: removing a preview that landed.
     /// See [`LandedPreview::done_after_exit`].
     pub after: Option<LandedPreview>,
+    /// Whether a sandbox got as far as starting the command (its `execve`
+    /// was reached). A setup that failed before, or work owed before the
+    /// start that failed, ran nothing.
+    pub command_started: bool,
 }
 
 /// See [`Finished::hold_init`].
@@ -55,6 +59,7 @@ impl Finished {
             replay: None,
             hold_init: None,
             after: None,
+            command_started: false,
         }
     }
 }
@@ -378,6 +383,7 @@ fn not_started(
         replay: None,
         hold_init: None,
         after: None,
+        command_started: false,
     }
 }
 
@@ -691,8 +697,10 @@ fn execute(
     // Generations only matter between a hold and its resume: count them once
     // anything has ever been held in this state directory.
     let held_before = state.join(approval::DB_FILE_NAME).exists();
-    // A run stopped before its command started changed nothing.
-    let started = !matches!(outcome, Err(apply::ApplyError::NotStarted(_)));
+    // A run stopped before its command started changed nothing: the sandbox
+    // reports a failed set-up step only before the command's `execve`, and
+    // work owed before the start (`NotStarted`) holds the command back.
+    let started = outcome.is_ok();
     if writable && held_before && started {
         // Any writable run may change the workspace: approvals bound to the
         // previous generation no longer hold.
@@ -829,6 +837,7 @@ fn execute(
         replay: None,
         hold_init: hold_init.map(HoldInit),
         after: None,
+        command_started: started,
     }
 }
 
@@ -1138,6 +1147,7 @@ pub fn resume_opened(id: &str, state: &Path, store: ApprovalStore) -> Finished {
                 replay: None,
                 hold_init: None,
                 after: None,
+                command_started: false,
             };
         }
         Finished::new(code, receipt, why)
@@ -1374,13 +1384,10 @@ pub fn resume_opened(id: &str, state: &Path, store: ApprovalStore) -> Finished {
             // is on disk before it can have any. The sync waits on the disk
             // while the sandbox builds itself, and the command starts only
             // once it succeeded. Failing that, nothing runs and the ticket is
-            // dropped unfinished (the action reads as interrupted).
-            let start_not_durable = std::cell::Cell::new(false);
+            // dropped unfinished (see below).
             let make_start_durable = || {
-                sync_start(&store).map_err(|e| {
-                    start_not_durable.set(true);
-                    format!("tether-exec: cannot put the start of {id} on disk, so nothing runs: {e}")
-                })
+                sync_start(&store)
+                    .map_err(|e| format!("tether-exec: cannot put the start of {id} on disk, so nothing runs: {e}"))
             };
             let stdin = ticket.stdin().to_vec();
             let mut done = execute(
@@ -1397,7 +1404,15 @@ pub fn resume_opened(id: &str, state: &Path, store: ApprovalStore) -> Finished {
                 Some(Box::new(make_start_durable)),
             );
             done.stderr.splice(0..0, recovered);
-            if start_not_durable.get() {
+            if !done.command_started {
+                // Nothing ran (a set-up step failed, or work owed before the
+                // start): no result is recorded, which would read as the
+                // command's for good. The ticket is dropped unfinished, so
+                // the action reads as interrupted, and a deliberate approval,
+                // once the cause is fixed, runs it.
+                done.stderr.push(format!(
+                    "tether-exec: {id} did not start, so no result is recorded for it; once the cause is fixed, approve it again (`tether-exec approve {id}`) and resume it"
+                ));
                 return done;
             }
             let result = RecordedResult {
@@ -1557,6 +1572,8 @@ fn land_preview(
         replay: Some((out, err)),
         hold_init: None,
         after: None,
+        // The preview ran the command; its effects are what lands.
+        command_started: true,
     };
     (done, landed)
 }
@@ -1790,6 +1807,8 @@ fn finish_interrupted_landing(
         replay: Some((out, err)),
         hold_init: None,
         after: None,
+        // The preview ran the command; its effects are what lands.
+        command_started: true,
     }
 }
 

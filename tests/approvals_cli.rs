@@ -703,6 +703,46 @@ fn a_resume_whose_start_cannot_be_synced_runs_nothing_until_approved_again() {
     assert!(exists(&w.ws.join("made")), "{}", text(&o));
 }
 
+/// A resume whose sandbox cannot be set up ran nothing: no result is
+/// recorded (it would read as the command's, for good). The action reads
+/// as interrupted, and once the cause is fixed a deliberate approval runs it.
+#[test]
+fn a_resume_whose_sandbox_cannot_be_set_up_records_no_result_and_runs_once_fixed() {
+    let w = World::new();
+    // A read-only path the policy names, removed between the hold and the
+    // resume: the sandbox cannot bind it (outside /tmp, which the sandbox has
+    // its own of).
+    let tools = tempfile::Builder::new()
+        .prefix("tether-test-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    let sdk = tools.path().join("sdk");
+    std::fs::create_dir(&sdk).unwrap();
+    let p = w.policy(&format!(
+        "require_approval_for = [{{ prefix = \"touch\", preview = false }}]\ndefault = \"allow\"\nread_only_paths = [{sdk:?}]\n"
+    ));
+    let id = hold(&w, &p, "touch made");
+    assert!(w.tx(&["approve", &id]).status.success());
+    std::fs::remove_dir(&sdk).unwrap();
+    let o = w.tx(&["resume", &id]);
+    assert_eq!(o.status.code(), Some(125), "{}", text(&o));
+    assert!(text(&o).contains("sandbox setup failed"), "{}", text(&o));
+    assert!(text(&o).contains("did not start"), "{}", text(&o));
+    assert!(!exists(&w.ws.join("made")), "nothing ran: {}", text(&o));
+    let o = w.tx(&["resume", &id]);
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    assert!(text(&o).contains("interrupted"), "{}", text(&o));
+    assert!(!text(&o).contains("already ran"), "{}", text(&o));
+    // Control: fixed and approved again, it runs, once.
+    std::fs::create_dir(&sdk).unwrap();
+    assert!(w.tx(&["approve", &id]).status.success());
+    let o = w.tx(&["resume", &id]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(exists(&w.ws.join("made")), "{}", text(&o));
+    let o = w.tx(&["resume", &id]);
+    assert!(text(&o).contains("already ran"), "{}", text(&o));
+}
+
 #[test]
 fn a_failed_decision_with_resume_still_writes_its_receipt() {
     let w = World::new();
