@@ -1879,6 +1879,69 @@ fn memory_floods_hit_the_memory_limit() {
     assert!(stdout(&c).contains("allocated"), "control");
 }
 
+#[test]
+fn every_limit_has_a_default_when_the_policy_sets_none() {
+    // bash's `ulimit`: CPU seconds, file size in KiB, processes, open files,
+    // address space in KiB.
+    let w = World::new();
+    let o = w.run("ulimit -t -f -u -n -v");
+    assert!(o.status.success(), "{}", text(&o));
+    let values: Vec<String> = stdout(&o)
+        .lines()
+        .map(|l| l.rsplit(' ').next().unwrap_or("").to_string())
+        .collect();
+    let kib = |mb: u64| (mb * 1024).to_string();
+    assert_eq!(
+        values,
+        [
+            "3600".to_string(),
+            kib(32 * 1024),
+            "4096".into(),
+            "4096".into(),
+            kib(16 * 1024)
+        ],
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
+fn cpu_hogs_hit_the_cpu_limit() {
+    // Burns 3 s of CPU, then leaves a mark. With `cpu_seconds = 1` the
+    // kernel kills it (the soft limit is the hard one: SIGKILL) before the
+    // mark.
+    let w = World::new();
+    let script = format!(
+        "{PY} -c \"import time\nt = time.process_time()\nwhile time.process_time() - t < 3: pass\nopen('finished', 'w')\""
+    );
+    let o = w.run_policy("timeout_seconds = 60\n[limits]\ncpu_seconds = 1", &script);
+    assert_eq!(o.status.code(), Some(128 + libc::SIGKILL), "{}", text(&o));
+    assert!(!exists(&w.ws.join("finished")), "{}", text(&o));
+    let c = w.control(&script);
+    assert!(c.status.success() && exists(&w.ws.join("finished")), "control");
+}
+
+#[test]
+fn files_past_the_size_limit_are_not_written() {
+    // 3 MB into one file; with `file_size_mb = 1` the write stops at 1 MiB
+    // (EFBIG: Python ignores SIGXFSZ), as the host sees the file.
+    let w = World::new();
+    let script = format!("{PY} -c \"open('big.bin', 'wb').write(bytes(3000000))\"");
+    let o = w.run_policy("[limits]\nfile_size_mb = 1", &script);
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("File too large"), "{}", text(&o));
+    let len = std::fs::metadata(w.ws.join("big.bin")).map_or(0, |m| m.len());
+    assert!(len <= 1024 * 1024, "{len} bytes written: {}", text(&o));
+    std::fs::remove_file(w.ws.join("big.bin")).ok();
+    let c = w.control(&script);
+    assert!(c.status.success(), "control");
+    assert_eq!(
+        std::fs::metadata(w.ws.join("big.bin")).unwrap().len(),
+        3_000_000,
+        "control"
+    );
+}
+
 // ------------------------------------------------------------------- network
 
 #[test]

@@ -449,6 +449,12 @@ pub const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty
 pub const DEFAULT_PROCESSES: u64 = 4096;
 pub const DEFAULT_OPEN_FILES: u64 = 4096;
 pub const DEFAULT_MEMORY_MB: u64 = 16 * 1024;
+/// CPU seconds per process: an hour stops a runaway loop in a run with no
+/// timeout, and no build step comes near it.
+pub const DEFAULT_CPU_SECONDS: u64 = 3600;
+/// Largest file a process may write: a backstop against one runaway file
+/// filling the disk, above any build artefact or log a run makes.
+pub const DEFAULT_FILE_SIZE_MB: u64 = 32 * 1024;
 
 #[derive(Debug, thiserror::Error)]
 pub enum PlanError {
@@ -895,18 +901,14 @@ pub fn build(
             value: 0,
         },
     ];
-    if let Some(c) = limits.cpu_seconds {
-        rlimits.push(Rlimit {
-            resource: RlimitKind::Cpu,
-            value: c,
-        });
-    }
-    if let Some(f) = limits.file_size_mb {
-        rlimits.push(Rlimit {
-            resource: RlimitKind::FileSize,
-            value: mb(f),
-        });
-    }
+    rlimits.push(Rlimit {
+        resource: RlimitKind::Cpu,
+        value: limits.cpu_seconds.unwrap_or(DEFAULT_CPU_SECONDS),
+    });
+    rlimits.push(Rlimit {
+        resource: RlimitKind::FileSize,
+        value: mb(limits.file_size_mb.unwrap_or(DEFAULT_FILE_SIZE_MB)),
+    });
 
     // As root, the sandbox acts as the workspace's owner, inside as an
     // unprivileged uid; otherwise as the caller, with the caller's uid inside.
@@ -1134,6 +1136,26 @@ mod tests {
             "{e:?}"
         );
         assert!(e.to_string().contains("`/srv/cache` leads to /tmp/cache"), "{e}");
+    }
+
+    #[test]
+    fn every_limit_has_a_default_and_the_policy_lowers_or_raises_it() {
+        let value = |p: &Plan, k: RlimitKind| p.rlimits.iter().find(|r| r.resource == k).map(|r| r.value);
+        let mib = 1024 * 1024;
+        let p = plan_in_w(&policy(""), &facts()).unwrap();
+        for (k, v) in [
+            (RlimitKind::Processes, DEFAULT_PROCESSES),
+            (RlimitKind::OpenFiles, DEFAULT_OPEN_FILES),
+            (RlimitKind::AddressSpace, DEFAULT_MEMORY_MB * mib),
+            (RlimitKind::Cpu, DEFAULT_CPU_SECONDS),
+            (RlimitKind::FileSize, DEFAULT_FILE_SIZE_MB * mib),
+            (RlimitKind::Core, 0),
+        ] {
+            assert_eq!(value(&p, k), Some(v), "{k:?}");
+        }
+        let p = plan_in_w(&policy("[limits]\ncpu_seconds = 7200\nfile_size_mb = 1"), &facts()).unwrap();
+        assert_eq!(value(&p, RlimitKind::Cpu), Some(7200));
+        assert_eq!(value(&p, RlimitKind::FileSize), Some(mib));
     }
 
     #[test]
