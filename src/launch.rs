@@ -40,9 +40,10 @@ pub struct Finished {
     /// Work left once the result is out: removing a preview that landed.
     /// See [`LandedPreview::done_after_exit`].
     pub after: Option<LandedPreview>,
-    /// Whether a sandbox got as far as starting the command (its `execve`
-    /// was reached). A setup that failed before, or work owed before the
-    /// start that failed, ran nothing.
+    /// Whether the command may have started: its sandbox was set up and let
+    /// it go (a timeout during the set-up counts too: on the safe side). A
+    /// set-up step that failed, or work owed before the start that failed,
+    /// means it never reached `execve`.
     pub command_started: bool,
 }
 

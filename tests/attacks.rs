@@ -1881,9 +1881,15 @@ fn memory_floods_hit_the_memory_limit() {
 
 #[test]
 fn every_limit_has_a_default_when_the_policy_sets_none() {
-    // bash's `ulimit`: CPU seconds, file size in KiB, processes, open files,
-    // address space in KiB.
+    // bash's `ulimit`: CPU seconds (an hour per CPU this machine lets the
+    // launcher use), file size in KiB, processes, open files, address space
+    // in KiB.
     let w = World::new();
+    let cpus: u64 = String::from_utf8(Command::new("nproc").output().unwrap().stdout)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
     let o = w.run("ulimit -t -f -u -n -v");
     assert!(o.status.success(), "{}", text(&o));
     let values: Vec<String> = stdout(&o)
@@ -1894,7 +1900,7 @@ fn every_limit_has_a_default_when_the_policy_sets_none() {
     assert_eq!(
         values,
         [
-            "3600".to_string(),
+            (3600 * cpus).to_string(),
             kib(32 * 1024),
             "4096".into(),
             "4096".into(),
@@ -1908,14 +1914,13 @@ fn every_limit_has_a_default_when_the_policy_sets_none() {
 #[test]
 fn cpu_hogs_hit_the_cpu_limit() {
     // Burns 3 s of CPU, then leaves a mark. With `cpu_seconds = 1` the
-    // kernel kills it (the soft limit is the hard one: SIGKILL) before the
-    // mark.
+    // kernel stops it before the mark: SIGXCPU, which the shell names.
     let w = World::new();
     let script = format!(
         "{PY} -c \"import time\nt = time.process_time()\nwhile time.process_time() - t < 3: pass\nopen('finished', 'w')\""
     );
     let o = w.run_policy("timeout_seconds = 60\n[limits]\ncpu_seconds = 1", &script);
-    assert_eq!(o.status.code(), Some(128 + libc::SIGKILL), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(128 + libc::SIGXCPU), "{}", text(&o));
     assert!(!exists(&w.ws.join("finished")), "{}", text(&o));
     let c = w.control(&script);
     assert!(c.status.success() && exists(&w.ws.join("finished")), "control");
@@ -2261,6 +2266,8 @@ fn a_read_only_path_named_through_an_absolute_link_is_readable_and_stays_unwritt
     for target in [link.join("version.txt"), real.join("version.txt"), link.join("new.txt")] {
         let o = run(&format!("echo changed | tee {}", target.display()));
         assert_ne!(o.status.code(), Some(0), "{}: {}", target.display(), text(&o));
+        // The mount's refusal (EROFS), not only Landlock's (EACCES).
+        assert!(text(&o).contains("Read-only file system"), "{}", text(&o));
     }
     assert_eq!(std::fs::read_to_string(real.join("version.txt")).unwrap(), "1.2\n");
     assert!(
@@ -2274,6 +2281,67 @@ fn a_read_only_path_named_through_an_absolute_link_is_readable_and_stays_unwritt
         .output()
         .unwrap();
     assert!(c.status.success() && exists(&real.join("new.txt")), "control");
+}
+
+#[test]
+fn a_read_only_path_the_command_pointed_elsewhere_shows_nothing() {
+    // The policy shows the workspace's `vendor/sdk` read-only. A run makes it
+    // a link to a host directory; the next run must not bind what the link
+    // names (a host directory of the attacker's choosing). Outside /tmp: the
+    // sandbox has its own, so a read-only path there is refused anyway.
+    let secret = tempfile::Builder::new()
+        .prefix("tether-test-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    std::fs::write(secret.path().join("secret.txt"), "TOPSECRET\n").unwrap();
+    let secret_dir = std::fs::canonicalize(secret.path()).unwrap();
+    for relative in [false, true] {
+        let base = tempfile::Builder::new()
+            .prefix("tether-test-")
+            .tempdir_in("/var/tmp")
+            .unwrap();
+        let base = std::fs::canonicalize(base.keep()).unwrap();
+        let _cleanup = RemovedOnDrop(base.clone());
+        let (ws, state) = (base.join("ws"), base.join("state"));
+        std::fs::create_dir_all(&ws).unwrap();
+        let policy = base.join("policy.toml");
+        std::fs::write(&policy, format!("read_only_paths = [{:?}]\n", ws.join("vendor/sdk"))).unwrap();
+        let run = |policy: Option<&std::path::Path>, script: &str| {
+            let mut c = Command::new(bin());
+            c.arg("--state-dir").arg(&state).arg("run");
+            if let Some(p) = policy {
+                c.arg("--policy").arg(p);
+            }
+            c.args(["-c", script])
+                .current_dir(&ws)
+                .stdin(Stdio::null())
+                .output()
+                .unwrap()
+        };
+        let target = if relative {
+            let depth = ws.join("vendor").components().count() - 1;
+            format!(
+                "{}{}",
+                "../".repeat(depth),
+                secret_dir.strip_prefix("/").unwrap().display()
+            )
+        } else {
+            secret_dir.display().to_string()
+        };
+        let o = run(None, &format!("mkdir -p vendor && ln -s {target} vendor/sdk"));
+        assert!(o.status.success(), "{}", text(&o));
+        assert!(std::fs::symlink_metadata(ws.join("vendor/sdk")).is_ok_and(|m| m.is_symlink()));
+        let o = run(Some(&policy), "cat vendor/sdk/secret.txt");
+        assert!(!stdout(&o).contains("TOPSECRET"), "relative {relative}: {}", text(&o));
+        assert_eq!(o.status.code(), Some(125), "relative {relative}: {}", text(&o));
+        assert!(text(&o).contains("a link in the workspace"), "{}", text(&o));
+        // Control: on the host the link leads to the secret.
+        let c = Command::new("cat")
+            .arg(ws.join("vendor/sdk/secret.txt"))
+            .output()
+            .unwrap();
+        assert!(stdout(&c).contains("TOPSECRET"), "control, relative {relative}");
+    }
 }
 
 /// Spawns `script` in the sandbox; once it has written `during.txt`, returns

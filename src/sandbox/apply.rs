@@ -2274,7 +2274,7 @@ fn command(plan: &Plan, prep: &Prepared, err: &OwnedFd, io: ChildIo, ready: Owne
         };
         let lim = libc::rlimit {
             rlim_cur: r.value,
-            rlim_max: r.value,
+            rlim_max: r.hard,
         };
         // SAFETY: setrlimit with a valid rlimit struct.
         if unsafe { libc::setrlimit(res, &lim) } != 0 {

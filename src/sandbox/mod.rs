@@ -261,6 +261,7 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state:
         system_secrets,
         system_secret_dirs,
         landlock_abi: apply::landlock_abi(),
+        cpus: usable_cpus(),
         root_is_host_root: uid == 0 && root_maps_to_host_root(),
         overlay: None,
         git_overlays: Vec::new(),
@@ -281,8 +282,11 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state:
             .iter()
             .filter_map(|p| {
                 let named = PathBuf::from(p);
-                let real = std::fs::canonicalize(&named).ok()?;
-                (real != named).then_some((named, real))
+                let real = match resolve_outside(&named, workspace) {
+                    Ok(r) => r?,
+                    Err(link) => return Some((named, plan::ResolvedPath::ThroughWorkspace(link))),
+                };
+                (real != named).then_some((named, plan::ResolvedPath::Real(real)))
             })
             .collect(),
         approver_key: crate::approval::approver_key_path_in(|| home.map(Path::to_path_buf))
@@ -295,6 +299,67 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state:
             .into_iter()
             .collect(),
     }
+}
+
+/// The CPUs this process may run on (its affinity mask), at least 1.
+fn usable_cpus() -> u64 {
+    use nix::sched::{sched_getaffinity, CpuSet};
+    let Ok(set) = sched_getaffinity(nix::unistd::Pid::from_raw(0)) else {
+        return 1;
+    };
+    ((0..CpuSet::count()).filter(|&i| set.is_set(i).unwrap_or(false)).count() as u64).max(1)
+}
+
+/// `named` with every link on its way resolved, as `canonicalize` resolves
+/// them, but never a link in the workspace, which the sandboxed command can
+/// point anywhere between two runs: `Err` names the first such link. `None`
+/// when the path does not exist (the bind then says so).
+fn resolve_outside(named: &Path, workspace: &Path) -> Result<Option<PathBuf>, PathBuf> {
+    use std::path::Component;
+    // What is still to walk, last component first.
+    let mut todo: Vec<std::ffi::OsString> = Vec::new();
+    let push = |todo: &mut Vec<std::ffi::OsString>, p: &Path| {
+        for c in p.components().rev() {
+            match c {
+                Component::Normal(n) => todo.push(n.to_os_string()),
+                Component::ParentDir => todo.push("..".into()),
+                Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+            }
+        }
+    };
+    push(&mut todo, named);
+    let mut at = PathBuf::from("/");
+    let mut links = 0;
+    while let Some(name) = todo.pop() {
+        if name == ".." {
+            // `at` holds no link: its parent is the real one.
+            at.pop();
+            continue;
+        }
+        let next = at.join(&name);
+        let Ok(meta) = std::fs::symlink_metadata(&next) else {
+            return Ok(None);
+        };
+        if !meta.file_type().is_symlink() {
+            at = next;
+            continue;
+        }
+        if next.starts_with(workspace) {
+            return Err(next);
+        }
+        links += 1;
+        let Ok(target) = std::fs::read_link(&next) else {
+            return Ok(None);
+        };
+        if links > 40 {
+            return Ok(None); // ELOOP: the bind says so
+        }
+        if target.is_absolute() {
+            at = PathBuf::from("/");
+        }
+        push(&mut todo, &target);
+    }
+    Ok(Some(at))
 }
 
 /// Secrets of the system that only root can read, as (files, directories),
@@ -450,6 +515,38 @@ fn protected_present(workspace: &Path, git: &crate::workspace::GitLayout) -> Vec
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn read_only_paths_resolve_like_canonicalize_but_never_through_the_workspace() {
+        let d = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(d.path()).unwrap();
+        let (ws, out) = (base.join("ws"), base.join("out"));
+        for dir in [ws.join("inner"), out.join("real/sub")] {
+            std::fs::create_dir_all(dir).unwrap();
+        }
+        let link = |target: &Path, at: &Path| std::os::unix::fs::symlink(target, at).unwrap();
+        link(&out.join("real"), &out.join("abs"));
+        link(Path::new("real"), &out.join("rel"));
+        link(Path::new("../out/real/sub/.."), &out.join("up"));
+        link(&ws.join("inner"), &out.join("into"));
+        link(&out.join("real"), &ws.join("planted"));
+        link(&ws.join("planted"), &out.join("via"));
+        let real = out.join("real");
+        for (named, want) in [
+            (out.join("abs/sub"), Ok(Some(real.join("sub")))),
+            (out.join("rel"), Ok(Some(real.clone()))),
+            (out.join("up"), Ok(Some(real.clone()))),
+            (out.join("into"), Ok(Some(ws.join("inner")))),
+            (ws.join("planted/sub"), Err(ws.join("planted"))),
+            (out.join("via"), Err(ws.join("planted"))),
+            (out.join("missing"), Ok(None)),
+        ] {
+            assert_eq!(resolve_outside(&named, &ws), want, "{}", named.display());
+            if let Ok(Some(r)) = &want {
+                assert_eq!(&std::fs::canonicalize(&named).unwrap(), r, "as canonicalize");
+            }
+        }
+    }
 
     #[test]
     fn tool_directories_inside_another_are_not_bound_again() {

@@ -68,7 +68,11 @@ pub struct LandlockPlan {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Rlimit {
     pub resource: RlimitKind,
+    /// The soft limit: what the policy sets.
     pub value: u64,
+    /// The hard limit: the same, except for CPU time, where the kernel sends
+    /// SIGXCPU at the soft limit (a death the shell names) and kills at this.
+    pub hard: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -380,6 +384,8 @@ pub struct HostFacts {
     pub system_secret_dirs: Vec<PathBuf>,
     /// Landlock ABI the kernel offers (0: none).
     pub landlock_abi: u8,
+    /// CPUs this launcher may run on (at least 1).
+    pub cpus: u64,
     /// uid 0 here is the kernel's root user (host uid 0), not the root of a
     /// nested user namespace mapped to an ordinary host uid (a rootless
     /// container, `unshare -r`).
@@ -401,7 +407,16 @@ pub struct HostFacts {
     /// Each of the policy's `read_only_paths` whose real path (links
     /// resolved) differs from it, with that real path: the bind is made
     /// there, and the name links to it.
-    pub read_only_reals: Vec<(PathBuf, PathBuf)>,
+    pub read_only_reals: Vec<(PathBuf, ResolvedPath)>,
+}
+
+/// Where a path named through links really is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResolvedPath {
+    Real(PathBuf),
+    /// Its way passes this link in the workspace, which the sandboxed
+    /// command can point anywhere between two runs: not followed.
+    ThroughWorkspace(PathBuf),
 }
 
 /// Environment names tether passes into the sandbox (its allowlist).
@@ -449,9 +464,13 @@ pub const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty
 pub const DEFAULT_PROCESSES: u64 = 4096;
 pub const DEFAULT_OPEN_FILES: u64 = 4096;
 pub const DEFAULT_MEMORY_MB: u64 = 16 * 1024;
-/// CPU seconds per process: an hour stops a runaway loop in a run with no
-/// timeout, and no build step comes near it.
-pub const DEFAULT_CPU_SECONDS: u64 = 3600;
+/// CPU seconds per process, for each CPU the launcher may use: an hour of
+/// the whole machine. The kernel sums a process's threads, so a per-process
+/// hour would end a parallel test binary after minutes; this stops only a
+/// runaway in a run with no timeout.
+pub const DEFAULT_CPU_SECONDS_PER_CPU: u64 = 3600;
+/// After SIGXCPU at the CPU limit, the seconds of CPU before SIGKILL.
+pub const CPU_GRACE_SECONDS: u64 = 5;
 /// Largest file a process may write: a backstop against one runaway file
 /// filling the disk, above any build artefact or log a run makes.
 pub const DEFAULT_FILE_SIZE_MB: u64 = 32 * 1024;
@@ -474,6 +493,8 @@ pub enum PlanError {
     GitIndexUnreadable(PathBuf),
     #[error("{} has other hard links: a read-only mount covers one name, and through another in the workspace a run would write what git obeys (a hook, its config) in place; a writable run is refused. Give it a name of its own (copy it, then rename the copy over it), or make the other name a symlink", .0.display())]
     GitControlLinked(PathBuf),
+    #[error("read_only_paths entry `{}` leads through {}, a link in the workspace, which the sandboxed command can point anywhere between two runs; nothing ran. Name the path it should lead to, outside the workspace, or the workspace path without links", named.display(), link.display())]
+    ReadOnlyPathThroughWorkspace { named: PathBuf, link: PathBuf },
     #[error("read_only_paths entry `{}` leads to {}, under {own}, which the sandbox has its own of: it would not be visible there, so nothing ran. Name a path whose real place is outside /tmp, /dev and /proc", named.display(), real.display())]
     ReadOnlyPathCovered {
         named: PathBuf,
@@ -612,16 +633,6 @@ pub fn build(
             writable: false,
         });
     }
-    if facts.uid == 0 {
-        // Running as root the sandbox's files map to host root, who owns
-        // /etc/shadow & co: hide them.
-        for s in &facts.system_secrets {
-            mounts.push(Mount::MaskFile { dst: s.clone() });
-        }
-        for d in &facts.system_secret_dirs {
-            mounts.push(Mount::MaskDir { dst: d.clone() });
-        }
-    }
     // Tools on PATH and virtualenv interpreters that live outside the system tree.
     let mut extra: Vec<PathBuf> = Vec::new();
     for d in facts.extra_tool_dirs.iter().chain(&facts.venv_prefixes) {
@@ -657,11 +668,16 @@ pub fn build(
     let mut named_links = Vec::new();
     for named in policy.read_only_paths() {
         let named = PathBuf::from(named);
-        let real = facts
-            .read_only_reals
-            .iter()
-            .find(|(n, _)| *n == named)
-            .map_or_else(|| named.clone(), |(_, r)| r.clone());
+        let real = match facts.read_only_reals.iter().find(|(n, _)| *n == named) {
+            None => named.clone(),
+            Some((_, ResolvedPath::Real(r))) => r.clone(),
+            Some((_, ResolvedPath::ThroughWorkspace(link))) => {
+                return Err(PlanError::ReadOnlyPathThroughWorkspace {
+                    named,
+                    link: link.clone(),
+                })
+            }
+        };
         if named.starts_with(state_dir) || real.starts_with(state_dir) {
             continue;
         }
@@ -678,15 +694,37 @@ pub fn build(
         }
         shown.push(real);
     }
-    for (named, real) in named_links {
+    // Where the host's own link is there already: in a bound directory, in
+    // the workspace, under a merged-/usr link (`/bin` leads into the bound
+    // `/usr`), or under another name made a link here.
+    let root_links: Vec<PathBuf> = facts
+        .root_symlinks
+        .iter()
+        .map(|(n, _)| Path::new("/").join(n))
+        .collect();
+    for (named, real) in &named_links {
+        let under = |p: &Path| named.starts_with(p) && named != p;
         let shows_the_hosts_link = named.starts_with(workspace)
             || shown.iter().any(|s| named.starts_with(s))
+            || root_links.iter().any(|l| named.starts_with(l))
+            || named_links.iter().any(|(other, _)| under(other))
             || mounts.iter().any(|m| m.paths().next() == Some(named.as_path()));
         if !shows_the_hosts_link {
             mounts.push(Mount::Symlink {
-                target: real,
-                dst: named,
+                target: real.clone(),
+                dst: named.clone(),
             });
+        }
+    }
+    if facts.uid == 0 {
+        // Running as root the sandbox's files map to host root, who owns
+        // /etc/shadow & co: hide them. After every bind of the host's, which
+        // would cover a mask made before it (a read-only path of `/etc`).
+        for s in &facts.system_secrets {
+            mounts.push(Mount::MaskFile { dst: s.clone() });
+        }
+        for d in &facts.system_secret_dirs {
+            mounts.push(Mount::MaskDir { dst: d.clone() });
         }
     }
     // A bound path that holds the state directory or a capture beside the
@@ -883,32 +921,32 @@ pub fn build(
 
     let limits = policy.limits();
     let mb = |v: u64| v.saturating_mul(1024 * 1024);
-    let mut rlimits = vec![
+    let soft = |resource: RlimitKind, value: u64| Rlimit {
+        resource,
+        value,
+        hard: value,
+    };
+    let cpu = limits
+        .cpu_seconds
+        .unwrap_or(DEFAULT_CPU_SECONDS_PER_CPU.saturating_mul(facts.cpus.max(1)));
+    let rlimits = vec![
+        soft(RlimitKind::Processes, limits.processes.unwrap_or(DEFAULT_PROCESSES)),
+        soft(RlimitKind::OpenFiles, limits.open_files.unwrap_or(DEFAULT_OPEN_FILES)),
+        soft(
+            RlimitKind::AddressSpace,
+            mb(limits.memory_mb.unwrap_or(DEFAULT_MEMORY_MB)),
+        ),
+        soft(RlimitKind::Core, 0),
         Rlimit {
-            resource: RlimitKind::Processes,
-            value: limits.processes.unwrap_or(DEFAULT_PROCESSES),
+            resource: RlimitKind::Cpu,
+            value: cpu,
+            hard: cpu.saturating_add(CPU_GRACE_SECONDS),
         },
-        Rlimit {
-            resource: RlimitKind::OpenFiles,
-            value: limits.open_files.unwrap_or(DEFAULT_OPEN_FILES),
-        },
-        Rlimit {
-            resource: RlimitKind::AddressSpace,
-            value: mb(limits.memory_mb.unwrap_or(DEFAULT_MEMORY_MB)),
-        },
-        Rlimit {
-            resource: RlimitKind::Core,
-            value: 0,
-        },
+        soft(
+            RlimitKind::FileSize,
+            mb(limits.file_size_mb.unwrap_or(DEFAULT_FILE_SIZE_MB)),
+        ),
     ];
-    rlimits.push(Rlimit {
-        resource: RlimitKind::Cpu,
-        value: limits.cpu_seconds.unwrap_or(DEFAULT_CPU_SECONDS),
-    });
-    rlimits.push(Rlimit {
-        resource: RlimitKind::FileSize,
-        value: mb(limits.file_size_mb.unwrap_or(DEFAULT_FILE_SIZE_MB)),
-    });
 
     // As root, the sandbox acts as the workspace's owner, inside as an
     // unprivileged uid; otherwise as the caller, with the caller's uid inside.
@@ -981,6 +1019,7 @@ mod tests {
             uid: 1000,
             gid: 1000,
             workspace_owner: (1000, 1000),
+            cpus: 2,
             root_symlinks: vec![("bin".into(), "usr/bin".into())],
             root_dirs: vec!["usr".into(), "etc".into()],
             env: vec![
@@ -1062,7 +1101,7 @@ mod tests {
     fn the_approver_key_is_hidden_under_a_linked_read_only_path_and_not_twice() {
         let mut f = facts();
         f.approver_key = Some("/var/home/me/.config/tether-exec/approver.key".into());
-        f.read_only_reals = vec![("/home/me".into(), "/var/home/me".into())];
+        f.read_only_reals = vec![("/home/me".into(), ResolvedPath::Real("/var/home/me".into()))];
         let p = plan_in_w(&policy("read_only_paths = [\"/home/me\"]"), &f).unwrap();
         assert!(
             p.mounts.contains(&Mount::MaskFile {
@@ -1097,8 +1136,8 @@ mod tests {
         };
         let mut f = facts();
         f.read_only_reals = vec![
-            ("/srv/sdk".into(), "/data/sdk-1.2".into()),
-            ("/usr/local/jdk".into(), "/data/jdk-21".into()),
+            ("/srv/sdk".into(), ResolvedPath::Real("/data/sdk-1.2".into())),
+            ("/usr/local/jdk".into(), ResolvedPath::Real("/data/jdk-21".into())),
         ];
         let p = plan_in_w(
             &policy("read_only_paths = [\"/srv/sdk\", \"/usr/local/jdk\", \"/srv/plain\"]"),
@@ -1127,9 +1166,70 @@ mod tests {
     }
 
     #[test]
+    fn a_read_only_path_leading_through_a_link_in_the_workspace_is_refused() {
+        let mut f = facts();
+        f.read_only_reals = vec![(
+            "/srv/sdk".into(),
+            ResolvedPath::ThroughWorkspace("/w/vendor/sdk".into()),
+        )];
+        let e = plan_in_w(&policy("read_only_paths = [\"/srv/sdk\"]"), &f).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("leads through /w/vendor/sdk, a link in the workspace"),
+            "{e}"
+        );
+    }
+
+    /// Names under a merged-/usr link or under another linked name are
+    /// reached through those: no link of their own (one could not be made).
+    #[test]
+    fn linked_names_already_reached_through_other_links_get_none_of_their_own() {
+        let mut f = facts();
+        f.read_only_reals = vec![
+            ("/bin/java".into(), ResolvedPath::Real("/data/jdk/bin/java".into())),
+            ("/srv/a".into(), ResolvedPath::Real("/data/a".into())),
+            ("/srv/a/b".into(), ResolvedPath::Real("/data/a/b-2".into())),
+        ];
+        let p = plan_in_w(
+            &policy("read_only_paths = [\"/bin/java\", \"/srv/a\", \"/srv/a/b\"]"),
+            &f,
+        )
+        .unwrap();
+        let links: Vec<&Path> = p
+            .mounts
+            .iter()
+            .filter_map(|m| match m {
+                Mount::Symlink { dst, .. } if !dst.starts_with("/dev") => Some(dst.as_path()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(links, [Path::new("/bin"), Path::new("/srv/a")], "{:?}", p.mounts);
+    }
+
+    /// As root, a read-only path of `/etc` is bound over the system's
+    /// `/etc`: the masks of its secrets come after, or it would show them.
+    #[test]
+    fn the_systems_secrets_are_masked_after_every_bind_that_shows_them() {
+        let mut f = facts();
+        f.uid = 0;
+        f.system_secrets = vec!["/etc/shadow".into()];
+        let p = plan_in_w(&policy("read_only_paths = [\"/etc\"]"), &f).unwrap();
+        let last_bind = p
+            .mounts
+            .iter()
+            .rposition(|m| matches!(m, Mount::Bind { src, .. } if src == Path::new("/etc")));
+        let mask = p.mounts.iter().position(|m| {
+            *m == Mount::MaskFile {
+                dst: "/etc/shadow".into(),
+            }
+        });
+        assert!(mask.is_some() && mask > last_bind, "{:?}", p.mounts);
+    }
+
+    #[test]
     fn a_read_only_path_leading_where_the_sandbox_has_its_own_is_refused() {
         let mut f = facts();
-        f.read_only_reals = vec![("/srv/cache".into(), "/tmp/cache".into())];
+        f.read_only_reals = vec![("/srv/cache".into(), ResolvedPath::Real("/tmp/cache".into()))];
         let e = plan_in_w(&policy("read_only_paths = [\"/srv/cache\"]"), &f).unwrap_err();
         assert!(
             matches!(&e, PlanError::ReadOnlyPathCovered { own: "/tmp", .. }),
@@ -1147,7 +1247,7 @@ mod tests {
             (RlimitKind::Processes, DEFAULT_PROCESSES),
             (RlimitKind::OpenFiles, DEFAULT_OPEN_FILES),
             (RlimitKind::AddressSpace, DEFAULT_MEMORY_MB * mib),
-            (RlimitKind::Cpu, DEFAULT_CPU_SECONDS),
+            (RlimitKind::Cpu, DEFAULT_CPU_SECONDS_PER_CPU * 2),
             (RlimitKind::FileSize, DEFAULT_FILE_SIZE_MB * mib),
             (RlimitKind::Core, 0),
         ] {
@@ -1156,6 +1256,9 @@ mod tests {
         let p = plan_in_w(&policy("[limits]\ncpu_seconds = 7200\nfile_size_mb = 1"), &facts()).unwrap();
         assert_eq!(value(&p, RlimitKind::Cpu), Some(7200));
         assert_eq!(value(&p, RlimitKind::FileSize), Some(mib));
+        let hard = |k: RlimitKind| p.rlimits.iter().find(|r| r.resource == k).map(|r| r.hard);
+        assert_eq!(hard(RlimitKind::Cpu), Some(7200 + CPU_GRACE_SECONDS), "SIGXCPU first");
+        assert_eq!(hard(RlimitKind::FileSize), Some(mib));
     }
 
     #[test]
