@@ -357,7 +357,7 @@ pub fn validate(doc: PolicyDoc, text: &str, file: &str) -> Result<Layer, PolicyE
                 file,
                 locate(text, "read_only_paths", p),
                 format!("read_only_paths entry `{p}` is under {d}, which the sandbox has its own of: it would not be visible"),
-                "keep what the command needs outside /tmp, /dev and /proc (for example under /opt or /srv), or inside the workspace",
+                "keep what the command needs outside /tmp, /dev and /proc (for example under /opt or /srv), or in the workspace (shown without being named here)",
             ));
         }
     }

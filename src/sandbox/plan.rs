@@ -495,6 +495,8 @@ pub enum PlanError {
     GitControlLinked(PathBuf),
     #[error("read_only_paths entry `{}` leads through {}, a link in the workspace, which the sandboxed command can point anywhere between two runs; nothing ran. Name the path it should lead to, outside the workspace, or the workspace path without links", named.display(), link.display())]
     ReadOnlyPathThroughWorkspace { named: PathBuf, link: PathBuf },
+    #[error("read_only_paths entry `{}` is in the workspace, which the sandbox shows as the profile says; nothing ran. To keep part of the workspace from being written, list it in `protected` (e.g. \"vendor/**\"), or narrow `writable_globs`", .0.display())]
+    ReadOnlyPathInWorkspace(PathBuf),
     #[error("read_only_paths entry `{}` leads to {}, under {own}, which the sandbox has its own of: it would not be visible there, so nothing ran. Name a path whose real place is outside /tmp, /dev and /proc", named.display(), real.display())]
     ReadOnlyPathCovered {
         named: PathBuf,
@@ -681,6 +683,9 @@ pub fn build(
         if named.starts_with(state_dir) || real.starts_with(state_dir) {
             continue;
         }
+        if named.starts_with(workspace) || real.starts_with(workspace) {
+            return Err(PlanError::ReadOnlyPathInWorkspace(named));
+        }
         if let Some(own) = sandbox_own_dir(&real) {
             return Err(PlanError::ReadOnlyPathCovered { named, real, own });
         }
@@ -704,8 +709,7 @@ pub fn build(
         .collect();
     for (named, real) in &named_links {
         let under = |p: &Path| named.starts_with(p) && named != p;
-        let shows_the_hosts_link = named.starts_with(workspace)
-            || shown.iter().any(|s| named.starts_with(s))
+        let shows_the_hosts_link = shown.iter().any(|s| named.starts_with(s))
             || root_links.iter().any(|l| named.starts_with(l))
             || named_links.iter().any(|(other, _)| under(other))
             || mounts.iter().any(|m| m.paths().next() == Some(named.as_path()));
@@ -1163,6 +1167,22 @@ mod tests {
             "{:?}",
             p.mounts
         );
+    }
+
+    #[test]
+    fn a_read_only_path_in_the_workspace_is_refused_with_what_to_use_instead() {
+        for (named, real) in [("/w/vendor", None), ("/srv/sdk", Some("/w/.sdk"))] {
+            let mut f = facts();
+            if let Some(r) = real {
+                f.read_only_reals = vec![(named.into(), ResolvedPath::Real(r.into()))];
+            }
+            let e = plan_in_w(&policy(&format!("read_only_paths = [{named:?}]")), &f).unwrap_err();
+            assert!(
+                matches!(&e, PlanError::ReadOnlyPathInWorkspace(p) if p == Path::new(named)),
+                "{e:?}"
+            );
+            assert!(e.to_string().contains("`protected`"), "{e}");
+        }
     }
 
     #[test]
