@@ -35,6 +35,8 @@ TETHER_EXEC_BIN="$shipped" cargo test --tests --no-fail-fast -- --exact \
   --skip a_landing_journal_of_a_run_the_store_does_not_have_is_given_up_unapplied \
   --skip a_landing_whose_start_cannot_be_synced_lands_nothing_until_approved_again \
   --skip a_resume_whose_start_cannot_be_synced_runs_nothing_until_approved_again \
+  --skip a_resume_whose_sandbox_cannot_be_set_up_records_no_result_and_runs_once_fixed \
+  --skip a_read_only_path_swapped_for_a_link_before_its_mount_is_not_followed \
   --skip a_preview_removal_cut_short_is_finished_by_the_next_start \
   --skip the_child_removing_a_preview_keeps_no_descriptor_of_the_harness \
   --skip a_directory_swapped_for_a_symlink_before_its_mount_is_not_followed \

@@ -709,22 +709,40 @@ fn a_resume_whose_start_cannot_be_synced_runs_nothing_until_approved_again() {
 #[test]
 fn a_resume_whose_sandbox_cannot_be_set_up_records_no_result_and_runs_once_fixed() {
     let w = World::new();
-    // A read-only path the policy names, removed between the hold and the
-    // resume: the sandbox cannot bind it (outside /tmp, which the sandbox has
-    // its own of).
+    // A read-only path the policy names (outside /tmp, which the sandbox has
+    // its own of), swapped for a link while the resume's sandbox waits
+    // before its mounts (a debug build's test hook): the bind refuses the
+    // link the plan did not see, and the set-up fails.
     let tools = tempfile::Builder::new()
         .prefix("tether-test-")
         .tempdir_in("/var/tmp")
         .unwrap();
-    let sdk = tools.path().join("sdk");
+    let (sdk, kept, other) = (
+        tools.path().join("sdk"),
+        tools.path().join("sdk.kept"),
+        tools.path().join("other"),
+    );
     std::fs::create_dir(&sdk).unwrap();
+    std::fs::create_dir(&other).unwrap();
     let p = w.policy(&format!(
         "require_approval_for = [{{ prefix = \"touch\", preview = false }}]\ndefault = \"allow\"\nread_only_paths = [{sdk:?}]\n"
     ));
     let id = hold(&w, &p, "touch made");
     assert!(w.tx(&["approve", &id]).status.success());
-    std::fs::remove_dir(&sdk).unwrap();
-    let o = w.tx(&["resume", &id]);
+    let pause = w.root.path().join("paused");
+    let child = w
+        .command(&["resume", &id])
+        .env("TETHER_EXEC_TEST_PAUSE_AT", "before-mounts")
+        .env("TETHER_EXEC_TEST_PAUSE_FILE", &pause)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(wait_for(&pause), "init never paused");
+    std::fs::rename(&sdk, &kept).unwrap();
+    std::os::unix::fs::symlink(&other, &sdk).unwrap();
+    std::fs::remove_file(&pause).unwrap();
+    let o = child.wait_with_output().unwrap();
     assert_eq!(o.status.code(), Some(125), "{}", text(&o));
     assert!(text(&o).contains("sandbox setup failed"), "{}", text(&o));
     assert!(text(&o).contains("did not start"), "{}", text(&o));
@@ -734,7 +752,8 @@ fn a_resume_whose_sandbox_cannot_be_set_up_records_no_result_and_runs_once_fixed
     assert!(text(&o).contains("interrupted"), "{}", text(&o));
     assert!(!text(&o).contains("already ran"), "{}", text(&o));
     // Control: fixed and approved again, it runs, once.
-    std::fs::create_dir(&sdk).unwrap();
+    std::fs::remove_file(&sdk).unwrap();
+    std::fs::rename(&kept, &sdk).unwrap();
     assert!(w.tx(&["approve", &id]).status.success());
     let o = w.tx(&["resume", &id]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));

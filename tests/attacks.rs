@@ -1885,11 +1885,14 @@ fn every_limit_has_a_default_when_the_policy_sets_none() {
     // launcher use), file size in KiB, processes, open files, address space
     // in KiB.
     let w = World::new();
-    let cpus: u64 = String::from_utf8(Command::new("nproc").output().unwrap().stdout)
-        .unwrap()
-        .trim()
-        .parse()
+    // `nproc` counts the affinity mask, as the launcher does, unless told
+    // otherwise by these.
+    let nproc = Command::new("nproc")
+        .env_remove("OMP_NUM_THREADS")
+        .env_remove("OMP_THREAD_LIMIT")
+        .output()
         .unwrap();
+    let cpus: u64 = String::from_utf8(nproc.stdout).unwrap().trim().parse().unwrap();
     let o = w.run("ulimit -t -f -u -n -v");
     assert!(o.status.success(), "{}", text(&o));
     let values: Vec<String> = stdout(&o)
@@ -2342,6 +2345,31 @@ fn a_read_only_path_the_command_pointed_elsewhere_shows_nothing() {
             .unwrap();
         assert!(stdout(&c).contains("TOPSECRET"), "control, relative {relative}");
     }
+}
+
+#[test]
+fn a_tool_directory_on_path_the_command_pointed_elsewhere_shows_nothing() {
+    // An activated virtualenv puts the workspace's `.venv/bin` on PATH. A run
+    // makes it a link to a directory of the person's; the next run must not
+    // show that directory as a tool directory.
+    let secret = tempfile::Builder::new()
+        .prefix("tether-test-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    std::fs::write(secret.path().join("secret.txt"), "TOPSECRET\n").unwrap();
+    let secret_dir = std::fs::canonicalize(secret.path()).unwrap();
+    let w = World::new();
+    let o = w.run(&format!("mkdir -p .venv && ln -s {} .venv/bin", secret_dir.display()));
+    assert!(o.status.success(), "{}", text(&o));
+    let path = format!("{}:/usr/bin:/bin", w.ws.join(".venv/bin").display());
+    let read = format!("cat {}/secret.txt", secret_dir.display());
+    let o = w.command(&["run", "-c", &read]).env("PATH", &path).output().unwrap();
+    assert!(!stdout(&o).contains("TOPSECRET"), "{}", text(&o));
+    // Control: a PATH entry of the same directory outside the workspace is
+    // shown (so the probe reads what a tool directory would show).
+    let direct = format!("{}:/usr/bin:/bin", secret_dir.display());
+    let c = w.command(&["run", "-c", &read]).env("PATH", &direct).output().unwrap();
+    assert!(stdout(&c).contains("TOPSECRET"), "control: {}", text(&c));
 }
 
 /// Spawns `script` in the sandbox; once it has written `during.txt`, returns
@@ -3204,6 +3232,54 @@ fn a_directory_swapped_for_a_symlink_before_its_mount_is_not_followed() {
     // Control: the write itself, without the sandbox, lands.
     let c = w.control(&script);
     assert!(exists(&marker), "control: {}", text(&c));
+}
+
+#[test]
+fn a_read_only_path_swapped_for_a_link_before_its_mount_is_not_followed() {
+    // The plan resolves a read-only path on the host; a link put on its way
+    // between the plan and init's mount (by a run in another workspace on
+    // that path, say) is refused, not followed. Here the test swaps it while
+    // init waits before its mounts (a debug build's test hook).
+    let base = tempfile::Builder::new()
+        .prefix("tether-test-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    let (sdk, kept, secret) = (
+        base.path().join("sdk"),
+        base.path().join("sdk.kept"),
+        base.path().join("secret"),
+    );
+    std::fs::create_dir(&sdk).unwrap();
+    std::fs::create_dir(&secret).unwrap();
+    std::fs::write(secret.join("key.txt"), "TOPSECRET\n").unwrap();
+    let w = World::new();
+    let p = w.policy(&format!("read_only_paths = [{sdk:?}]\n"));
+    let script = format!("cat {}/key.txt; echo RAN", sdk.display());
+    let pause = w.root.path().join("paused");
+    let child = w
+        .command(&["run", "--policy", p.to_str().unwrap(), "-c", &script])
+        .env("TETHER_EXEC_TEST_PAUSE_AT", "before-mounts")
+        .env("TETHER_EXEC_TEST_PAUSE_FILE", &pause)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(wait_for(&pause), "init never paused");
+    std::fs::rename(&sdk, &kept).unwrap();
+    std::os::unix::fs::symlink(&secret, &sdk).unwrap();
+    std::fs::remove_file(&pause).unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(!stdout(&o).contains("TOPSECRET"), "{}", text(&o));
+    assert!(
+        !stdout(&o).contains("RAN"),
+        "nothing runs on a plan that no longer holds: {}",
+        text(&o)
+    );
+    assert_eq!(o.status.code(), Some(125), "{}", text(&o));
+    assert!(text(&o).contains("a symlink is on its way now"), "{}", text(&o));
+    // Control: through the link, outside the sandbox, the secret is there.
+    let c = w.control(&format!("cat {}/key.txt", sdk.display()));
+    assert!(stdout(&c).contains("TOPSECRET"), "control");
 }
 
 #[test]

@@ -2070,13 +2070,41 @@ fn apply_mount(m: &Mount, ws: &Workspace, overlays: &mut dyn FnMut() -> std::io:
             if inside(dst) {
                 return step(&name, mount_in_workspace(ws, Some((&source, src)), dst, true, attrs));
             }
-            let meta = step(&name, std::fs::metadata(&source))?;
-            step(&name, make_mountpoint(dst, !meta.is_dir()))?;
-            step(
+            if dst.starts_with("/dev") {
+                // The host's device nodes, in root's own /dev: by path.
+                let meta = step(&name, std::fs::metadata(&source))?;
+                step(&name, make_mountpoint(dst, !meta.is_dir()))?;
+                step(
+                    &name,
+                    mount_raw(Some(&source), dst, None, libc::MS_BIND | libc::MS_REC, None),
+                )?;
+                return step(&name, set_attrs(dst, attrs));
+            }
+            // The plan resolved every link of the source on the host: one on
+            // its way now was put there since (by a run in another workspace
+            // on that path, say), and is refused rather than followed.
+            let link_since = || {
+                std::io::Error::other(
+                    "a symlink is on its way now, which was not there when the sandbox was planned (replaced since?); run again",
+                )
+            };
+            let from = step(
                 &name,
-                mount_raw(Some(&source), dst, None, libc::MS_BIND | libc::MS_REC, None),
+                open_no_symlinks(&source).map_err(|e| match e.raw_os_error() {
+                    Some(libc::ELOOP) => link_since(),
+                    _ => e,
+                }),
             )?;
-            step(&name, set_attrs(dst, attrs))
+            // A link as the last name opens as itself (O_PATH, O_NOFOLLOW).
+            let kind = step(&name, nix::sys::stat::fstat(&from).map_err(std::io::Error::from))?.st_mode & libc::S_IFMT;
+            if kind == libc::S_IFLNK {
+                return Err((name, link_since()));
+            }
+            let is_dir = kind == libc::S_IFDIR;
+            step(&name, make_mountpoint(dst, !is_dir))?;
+            let tree = step(&name, clone_tree(&from, true, attrs))?;
+            let onto = step(&name, open_no_symlinks(dst))?;
+            step(&name, attach(&tree, &onto))
         }
         Mount::Proc { dst } => {
             step("mount /proc", make_mountpoint(dst, false))?;

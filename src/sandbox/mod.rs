@@ -97,7 +97,10 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state:
                 continue;
             }
             seen.push(entry);
-            if let Some(real) = crate::state::real_dir(p) {
+            // Never through a link in the workspace (an activated virtualenv
+            // puts one of its directories on PATH): a run could point it at
+            // any directory of the person's, for the next run to show.
+            if let Some(real) = resolve_outside(p, workspace).ok().flatten().filter(|r| r.is_dir()) {
                 let real = tool_root(&real, home);
                 if !system(&real) && !real.starts_with(workspace) && !extra_tool_dirs.contains(&real) {
                     extra_tool_dirs.push(real);
@@ -117,8 +120,10 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state:
     let holds_key = |d: &Path| {
         approver_key_dir
             .get_or_init(|| {
+                // As the directories it is compared with: links resolved.
                 crate::approval::approver_key_path_in(|| home.map(Path::to_path_buf))
                     .and_then(|k| k.parent().map(Path::to_path_buf))
+                    .map(|d| std::fs::canonicalize(&d).unwrap_or(d))
             })
             .as_ref()
             .is_some_and(|k: &PathBuf| k.starts_with(d))
@@ -283,7 +288,8 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state:
             .filter_map(|p| {
                 let named = PathBuf::from(p);
                 let real = match resolve_outside(&named, workspace) {
-                    Ok(r) => r?,
+                    Ok(Some(r)) => r,
+                    Ok(None) => return Some((named, plan::ResolvedPath::Missing)),
                     Err(link) => return Some((named, plan::ResolvedPath::ThroughWorkspace(link))),
                 };
                 (real != named).then_some((named, plan::ResolvedPath::Real(real)))

@@ -417,6 +417,8 @@ pub enum ResolvedPath {
     /// Its way passes this link in the workspace, which the sandboxed
     /// command can point anywhere between two runs: not followed.
     ThroughWorkspace(PathBuf),
+    /// It does not exist (or its links loop).
+    Missing,
 }
 
 /// Environment names tether passes into the sandbox (its allowlist).
@@ -497,6 +499,8 @@ pub enum PlanError {
     ReadOnlyPathThroughWorkspace { named: PathBuf, link: PathBuf },
     #[error("read_only_paths entry `{}` is in the workspace, which the sandbox shows as the profile says; nothing ran. To keep part of the workspace from being written, list it in `protected` (e.g. \"vendor/**\"), or narrow `writable_globs`", .0.display())]
     ReadOnlyPathInWorkspace(PathBuf),
+    #[error("read_only_paths entry `{}` does not exist (or its links loop), so it cannot be shown; nothing ran. Create it, or take it out of the policy", .0.display())]
+    ReadOnlyPathMissing(PathBuf),
     #[error("read_only_paths entry `{}` leads to {}, under {own}, which the sandbox has its own of: it would not be visible there, so nothing ran. Name a path whose real place is outside /tmp, /dev and /proc", named.display(), real.display())]
     ReadOnlyPathCovered {
         named: PathBuf,
@@ -679,6 +683,7 @@ pub fn build(
                     link: link.clone(),
                 })
             }
+            Some((_, ResolvedPath::Missing)) => return Err(PlanError::ReadOnlyPathMissing(named)),
         };
         if named.starts_with(state_dir) || real.starts_with(state_dir) {
             continue;
@@ -1183,6 +1188,14 @@ mod tests {
             );
             assert!(e.to_string().contains("`protected`"), "{e}");
         }
+    }
+
+    #[test]
+    fn a_missing_read_only_path_is_refused_by_name() {
+        let mut f = facts();
+        f.read_only_reals = vec![("/srv/gone".into(), ResolvedPath::Missing)];
+        let e = plan_in_w(&policy("read_only_paths = [\"/srv/gone\"]"), &f).unwrap_err();
+        assert!(e.to_string().contains("`/srv/gone` does not exist"), "{e}");
     }
 
     #[test]
