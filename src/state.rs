@@ -79,9 +79,8 @@ pub fn resolve(explicit: Option<PathBuf>) -> Result<PathBuf, StateError> {
 /// The directory `p` names, every symlink resolved (as `canonicalize`), or
 /// `None` if it is not a directory. The kernel resolves the whole path in one
 /// `open(O_PATH)` and procfs names what it found: three system calls, not a
-/// `readlink` per component and a `stat` (PATH holds several such entries,
-/// resolved on every launch, and the workspace and state directory). Without
-/// procfs, `canonicalize`.
+/// `readlink` per component and a `stat` (the workspace and the state
+/// directory are resolved on every launch). Without procfs, `canonicalize`.
 pub fn real_dir(p: &std::path::Path) -> Option<PathBuf> {
     use std::os::fd::AsRawFd;
     use std::os::unix::fs::OpenOptionsExt;

@@ -2287,6 +2287,25 @@ fn a_read_only_path_named_through_an_absolute_link_is_readable_and_stays_unwritt
 }
 
 #[test]
+fn a_read_only_file_in_a_directory_shown_already_is_readable_and_stays_unwritten() {
+    // A file under /etc, which is bound read-only already: its mount point
+    // is the file there (it used to be opened for writing, and failed).
+    let w = World::new();
+    let before = std::fs::read("/etc/hostname").unwrap();
+    let o = w.run_policy(
+        "read_only_paths = [\"/etc/hostname\"]",
+        "cat /etc/hostname; echo x | tee /etc/hostname",
+    );
+    assert!(
+        stdout(&o).starts_with(&String::from_utf8_lossy(&before).to_string()),
+        "{}",
+        text(&o)
+    );
+    assert!(text(&o).contains("Read-only file system"), "{}", text(&o));
+    assert_eq!(std::fs::read("/etc/hostname").unwrap(), before);
+}
+
+#[test]
 fn a_read_only_path_the_command_pointed_elsewhere_shows_nothing() {
     // The policy shows the workspace's `vendor/sdk` read-only. A run makes it
     // a link to a host directory; the next run must not bind what the link

@@ -1619,6 +1619,11 @@ fn make_mountpoint(dst: &Path, file: bool) -> std::io::Result<()> {
     if let Some(parent) = dst.parent() {
         std::fs::create_dir_all(parent)?;
     }
+    // One there already (a file under a directory bound read-only) is not
+    // opened for writing: that fails.
+    if file && std::fs::symlink_metadata(dst).is_ok() {
+        return Ok(());
+    }
     if file {
         match std::fs::OpenOptions::new()
             .write(true)

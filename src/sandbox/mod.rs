@@ -159,9 +159,12 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state:
             }
             // `lib`: the standard library and libpython; `include`: its
             // headers, for building extensions.
+            // Resolved as `bin` is (a link there, from stow say, would be
+            // refused at the bind).
             let beside = ["lib", "include"]
                 .into_iter()
                 .filter_map(|n| bin.parent().map(|p| p.join(n)))
+                .filter_map(|d| std::fs::canonicalize(d).ok())
                 .filter(|d| d.is_dir());
             for d in std::iter::once(bin.clone()).chain(beside) {
                 if reachable(&d) && !holds_key(&d) && !venv_prefixes.contains(&d) {

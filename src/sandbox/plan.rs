@@ -417,7 +417,7 @@ pub enum ResolvedPath {
     /// Its way passes this link in the workspace, which the sandboxed
     /// command can point anywhere between two runs: not followed.
     ThroughWorkspace(PathBuf),
-    /// It does not exist (or its links loop).
+    /// It does not exist, cannot be reached, or its links loop.
     Missing,
 }
 
@@ -499,7 +499,7 @@ pub enum PlanError {
     ReadOnlyPathThroughWorkspace { named: PathBuf, link: PathBuf },
     #[error("read_only_paths entry `{}` is in the workspace, which the sandbox shows as the profile says; nothing ran. To keep part of the workspace from being written, list it in `protected` (e.g. \"vendor/**\"), or narrow `writable_globs`", .0.display())]
     ReadOnlyPathInWorkspace(PathBuf),
-    #[error("read_only_paths entry `{}` does not exist (or its links loop), so it cannot be shown; nothing ran. Create it, or take it out of the policy", .0.display())]
+    #[error("read_only_paths entry `{}` cannot be resolved (it does not exist, a directory on its way cannot be searched, or its links loop), so it cannot be shown; nothing ran. Create it or make it reachable, or take it out of the policy", .0.display())]
     ReadOnlyPathMissing(PathBuf),
     #[error("read_only_paths entry `{}` leads to {}, under {own}, which the sandbox has its own of: it would not be visible there, so nothing ran. Name a path whose real place is outside /tmp, /dev and /proc", named.display(), real.display())]
     ReadOnlyPathCovered {
@@ -674,6 +674,9 @@ pub fn build(
     let mut named_links = Vec::new();
     for named in policy.read_only_paths() {
         let named = PathBuf::from(named);
+        if named.starts_with(state_dir) {
+            continue;
+        }
         let real = match facts.read_only_reals.iter().find(|(n, _)| *n == named) {
             None => named.clone(),
             Some((_, ResolvedPath::Real(r))) => r.clone(),
@@ -685,7 +688,7 @@ pub fn build(
             }
             Some((_, ResolvedPath::Missing)) => return Err(PlanError::ReadOnlyPathMissing(named)),
         };
-        if named.starts_with(state_dir) || real.starts_with(state_dir) {
+        if real.starts_with(state_dir) {
             continue;
         }
         if named.starts_with(workspace) || real.starts_with(workspace) {
@@ -1195,7 +1198,7 @@ mod tests {
         let mut f = facts();
         f.read_only_reals = vec![("/srv/gone".into(), ResolvedPath::Missing)];
         let e = plan_in_w(&policy("read_only_paths = [\"/srv/gone\"]"), &f).unwrap_err();
-        assert!(e.to_string().contains("`/srv/gone` does not exist"), "{e}");
+        assert!(e.to_string().contains("`/srv/gone` cannot be resolved"), "{e}");
     }
 
     #[test]
