@@ -713,10 +713,7 @@ fn a_resume_whose_sandbox_cannot_be_set_up_records_no_result_and_runs_once_fixed
     // its own of), swapped for a link while the resume's sandbox waits
     // before its mounts (a debug build's test hook): the bind refuses the
     // link the plan did not see, and the set-up fails.
-    let tools = tempfile::Builder::new()
-        .prefix("tether-test-")
-        .tempdir_in("/var/tmp")
-        .unwrap();
+    let tools = host_dir();
     let (sdk, kept, other) = (
         tools.path().join("sdk"),
         tools.path().join("sdk.kept"),

@@ -2206,10 +2206,7 @@ fn refused_commands_never_start() {
 fn a_read_only_path_holding_the_state_directory_does_not_show_it() {
     // The policy shows a whole directory read-only; the state directory (held
     // actions, the audit log) happens to be inside it.
-    let base = tempfile::Builder::new()
-        .prefix("tether-test-")
-        .tempdir_in("/var/tmp")
-        .unwrap();
+    let base = host_dir();
     let (ws, state) = (base.path().join("ws"), base.path().join("state"));
     std::fs::create_dir_all(&ws).unwrap();
     let policy = base.path().join("policy.toml");
@@ -2236,10 +2233,7 @@ fn a_read_only_path_named_through_an_absolute_link_is_readable_and_stays_unwritt
     // Toolchains are often reached through a link (`/opt/sdk` -> its
     // versioned directory). An absolute link's target is resolved in the
     // sandbox's own root, where the target must be there too.
-    let base = tempfile::Builder::new()
-        .prefix("tether-test-")
-        .tempdir_in("/var/tmp")
-        .unwrap();
+    let base = host_dir();
     let (ws, state, real, link) = (
         base.path().join("ws"),
         base.path().join("state"),
@@ -2311,17 +2305,9 @@ fn a_read_only_path_the_command_pointed_elsewhere_shows_nothing() {
     // a link to a host directory; the next run must not bind what the link
     // names (a host directory of the attacker's choosing). Outside /tmp: the
     // sandbox has its own, so a read-only path there is refused anyway.
-    let secret = tempfile::Builder::new()
-        .prefix("tether-test-")
-        .tempdir_in("/var/tmp")
-        .unwrap();
-    std::fs::write(secret.path().join("secret.txt"), "TOPSECRET\n").unwrap();
-    let secret_dir = std::fs::canonicalize(secret.path()).unwrap();
+    let (_secret, secret_dir) = host_secret_dir();
     for relative in [false, true] {
-        let base = tempfile::Builder::new()
-            .prefix("tether-test-")
-            .tempdir_in("/var/tmp")
-            .unwrap();
+        let base = host_dir();
         let base = std::fs::canonicalize(base.keep()).unwrap();
         let _cleanup = RemovedOnDrop(base.clone());
         let (ws, state) = (base.join("ws"), base.join("state"));
@@ -2371,12 +2357,7 @@ fn a_tool_directory_on_path_the_command_pointed_elsewhere_shows_nothing() {
     // An activated virtualenv puts the workspace's `.venv/bin` on PATH. A run
     // makes it a link to a directory of the person's; the next run must not
     // show that directory as a tool directory.
-    let secret = tempfile::Builder::new()
-        .prefix("tether-test-")
-        .tempdir_in("/var/tmp")
-        .unwrap();
-    std::fs::write(secret.path().join("secret.txt"), "TOPSECRET\n").unwrap();
-    let secret_dir = std::fs::canonicalize(secret.path()).unwrap();
+    let (_secret, secret_dir) = host_secret_dir();
     let w = World::new();
     let o = w.run(&format!("mkdir -p .venv && ln -s {} .venv/bin", secret_dir.display()));
     assert!(o.status.success(), "{}", text(&o));
@@ -3259,10 +3240,7 @@ fn a_read_only_path_swapped_for_a_link_before_its_mount_is_not_followed() {
     // between the plan and init's mount (by a run in another workspace on
     // that path, say) is refused, not followed. Here the test swaps it while
     // init waits before its mounts (a debug build's test hook).
-    let base = tempfile::Builder::new()
-        .prefix("tether-test-")
-        .tempdir_in("/var/tmp")
-        .unwrap();
+    let base = host_dir();
     let (sdk, kept, secret) = (
         base.path().join("sdk"),
         base.path().join("sdk.kept"),

@@ -266,3 +266,20 @@ impl Drop for RemovedOnDrop {
         }
     }
 }
+
+/// A temporary directory of the host's outside /tmp (which the sandbox has
+/// its own of), for what a policy shows read-only or a run must not reach.
+pub fn host_dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("tether-test-")
+        .tempdir_in("/var/tmp")
+        .expect("a directory in /var/tmp")
+}
+
+/// [`host_dir`] holding `secret.txt` ("TOPSECRET"), and its real path.
+pub fn host_secret_dir() -> (tempfile::TempDir, PathBuf) {
+    let d = host_dir();
+    std::fs::write(d.path().join("secret.txt"), "TOPSECRET\n").unwrap();
+    let real = std::fs::canonicalize(d.path()).unwrap();
+    (d, real)
+}
