@@ -726,20 +726,10 @@ fn a_resume_whose_sandbox_cannot_be_set_up_records_no_result_and_runs_once_fixed
     ));
     let id = hold(&w, &p, "touch made");
     assert!(w.tx(&["approve", &id]).status.success());
-    let pause = w.root.path().join("paused");
-    let child = w
-        .command(&["resume", &id])
-        .env("TETHER_EXEC_TEST_PAUSE_AT", "before-mounts")
-        .env("TETHER_EXEC_TEST_PAUSE_FILE", &pause)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    assert!(wait_for(&pause), "init never paused");
-    std::fs::rename(&sdk, &kept).unwrap();
-    std::os::unix::fs::symlink(&other, &sdk).unwrap();
-    std::fs::remove_file(&pause).unwrap();
-    let o = child.wait_with_output().unwrap();
+    let o = w.paused_before_mounts(&["resume", &id], || {
+        std::fs::rename(&sdk, &kept).unwrap();
+        std::os::unix::fs::symlink(&other, &sdk).unwrap();
+    });
     assert_eq!(o.status.code(), Some(125), "{}", text(&o));
     assert!(text(&o).contains("sandbox setup failed"), "{}", text(&o));
     assert!(text(&o).contains("did not start"), "{}", text(&o));

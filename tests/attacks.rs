@@ -3205,28 +3205,14 @@ fn a_directory_swapped_for_a_symlink_before_its_mount_is_not_followed() {
     std::fs::create_dir(w.ws.join("docs")).unwrap();
     let p = w.policy("writable_globs = [\"docs/**\"]\n");
     let marker = w.outside.join("written-through-the-swap");
-    let pause = w.root.path().join("paused");
     let script = format!("touch {} && echo WROTE", marker.display());
-    let child = Command::new(bin())
-        .arg("--state-dir")
-        .arg(&w.state)
-        .args(["run", "--policy", p.to_str().unwrap(), "-c", &script])
-        .current_dir(&w.ws)
-        .env("TETHER_EXEC_TEST_PAUSE_AT", "before-mounts")
-        .env("TETHER_EXEC_TEST_PAUSE_FILE", &pause)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    assert!(wait_for(&pause), "init never paused");
-    // `docs` -> `../../../tmp`: from the host's side of the mount (under
-    // the old root) the host's /tmp, from the sandbox's side its own.
-    let ups = w.ws.components().count() - 1;
-    std::fs::rename(w.ws.join("docs"), w.ws.join("docs.real")).unwrap();
-    std::os::unix::fs::symlink(format!("{}tmp", "../".repeat(ups)), w.ws.join("docs")).unwrap();
-    std::fs::remove_file(&pause).unwrap();
-    let o = child.wait_with_output().unwrap();
+    let o = w.paused_before_mounts(&["run", "--policy", p.to_str().unwrap(), "-c", &script], || {
+        // `docs` -> `../../../tmp`: from the host's side of the mount (under
+        // the old root) the host's /tmp, from the sandbox's side its own.
+        let ups = w.ws.components().count() - 1;
+        std::fs::rename(w.ws.join("docs"), w.ws.join("docs.real")).unwrap();
+        std::os::unix::fs::symlink(format!("{}tmp", "../".repeat(ups)), w.ws.join("docs")).unwrap();
+    });
     assert!(!exists(&marker), "the sandbox wrote the host's /tmp: {}", text(&o));
     assert_ne!(o.status.code(), Some(0), "{}", text(&o));
     // Control: the write itself, without the sandbox, lands.
@@ -3252,20 +3238,10 @@ fn a_read_only_path_swapped_for_a_link_before_its_mount_is_not_followed() {
     let w = World::new();
     let p = w.policy(&format!("read_only_paths = [{sdk:?}]\n"));
     let script = format!("cat {}/key.txt; echo RAN", sdk.display());
-    let pause = w.root.path().join("paused");
-    let child = w
-        .command(&["run", "--policy", p.to_str().unwrap(), "-c", &script])
-        .env("TETHER_EXEC_TEST_PAUSE_AT", "before-mounts")
-        .env("TETHER_EXEC_TEST_PAUSE_FILE", &pause)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    assert!(wait_for(&pause), "init never paused");
-    std::fs::rename(&sdk, &kept).unwrap();
-    std::os::unix::fs::symlink(&secret, &sdk).unwrap();
-    std::fs::remove_file(&pause).unwrap();
-    let o = child.wait_with_output().unwrap();
+    let o = w.paused_before_mounts(&["run", "--policy", p.to_str().unwrap(), "-c", &script], || {
+        std::fs::rename(&sdk, &kept).unwrap();
+        std::os::unix::fs::symlink(&secret, &sdk).unwrap();
+    });
     assert!(!stdout(&o).contains("TOPSECRET"), "{}", text(&o));
     assert!(
         !stdout(&o).contains("RAN"),
@@ -3396,24 +3372,10 @@ fn a_secret_renamed_away_before_its_mask_is_mounted_stays_hidden() {
     // real secret be read under its new name.
     let w = World::new();
     w.write("conf/server.pem", "-----BEGIN PRIVATE KEY----- s3cret\n");
-    let pause = w.root.path().join("paused");
-    let child = Command::new(bin())
-        .arg("--state-dir")
-        .arg(&w.state)
-        .args(["run", "-c", "cat conf.real/server.pem; echo RAN"])
-        .current_dir(&w.ws)
-        .env("TETHER_EXEC_TEST_PAUSE_AT", "before-mounts")
-        .env("TETHER_EXEC_TEST_PAUSE_FILE", &pause)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    assert!(wait_for(&pause), "init never paused");
-    std::fs::rename(w.ws.join("conf"), w.ws.join("conf.real")).unwrap();
-    w.write("conf/server.pem", "decoy\n");
-    std::fs::remove_file(&pause).unwrap();
-    let o = child.wait_with_output().unwrap();
+    let o = w.paused_before_mounts(&["run", "-c", "cat conf.real/server.pem; echo RAN"], || {
+        std::fs::rename(w.ws.join("conf"), w.ws.join("conf.real")).unwrap();
+        w.write("conf/server.pem", "decoy\n");
+    });
     assert!(!stdout(&o).contains("s3cret"), "{}", text(&o));
     assert!(
         !stdout(&o).contains("RAN"),

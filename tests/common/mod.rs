@@ -112,6 +112,25 @@ impl World {
         c
     }
 
+    /// `tether-exec ARGS` (see [`World::command`]) with init paused before
+    /// its mounts (a debug build's test hook) while `meanwhile` changes the
+    /// host: what the plan found no longer holds when init mounts.
+    pub fn paused_before_mounts(&self, args: &[&str], meanwhile: impl FnOnce()) -> Output {
+        let pause = self.root.path().join("paused");
+        let child = self
+            .command(args)
+            .env("TETHER_EXEC_TEST_PAUSE_AT", "before-mounts")
+            .env("TETHER_EXEC_TEST_PAUSE_FILE", &pause)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run tether-exec");
+        assert!(wait_for(&pause), "init never paused");
+        meanwhile();
+        std::fs::remove_file(&pause).unwrap();
+        child.wait_with_output().expect("wait for tether-exec")
+    }
+
     /// `tether-exec run -c script`, not started yet; output discarded.
     pub fn run_command(&self, script: &str) -> Command {
         let mut c = self.command(&["run", "-c", script]);
