@@ -322,7 +322,8 @@ fn usable_cpus() -> u64 {
 /// `named` with every link on its way resolved, as `canonicalize` resolves
 /// them, but never a link in the workspace, which the sandboxed command can
 /// point anywhere between two runs: `Err` names the first such link. `None`
-/// when the path does not exist (the bind then says so).
+/// when it cannot be resolved (it does not exist, a directory on its way
+/// cannot be searched, or its links loop).
 fn resolve_outside(named: &Path, workspace: &Path) -> Result<Option<PathBuf>, PathBuf> {
     use std::path::Component;
     // What is still to walk, last component first.
@@ -361,7 +362,7 @@ fn resolve_outside(named: &Path, workspace: &Path) -> Result<Option<PathBuf>, Pa
             return Ok(None);
         };
         if links > 40 {
-            return Ok(None); // ELOOP: the bind says so
+            return Ok(None); // ELOOP
         }
         if target.is_absolute() {
             at = PathBuf::from("/");

@@ -707,9 +707,9 @@ pub fn build(
         }
         shown.push(real);
     }
-    // Where the host's own link is there already: in a bound directory, in
-    // the workspace, under a merged-/usr link (`/bin` leads into the bound
-    // `/usr`), or under another name made a link here.
+    // Where the host's own link is there already: in a bound directory,
+    // under a merged-/usr link (`/bin` leads into the bound `/usr`), or under
+    // another name made a link here.
     let root_links: Vec<PathBuf> = facts
         .root_symlinks
         .iter()
