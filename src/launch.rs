@@ -425,52 +425,16 @@ fn policy_through_a_workspace_link(req: &Request, loaded: &[PathBuf]) -> Option<
     })
 }
 
-/// Whether resolving `path` (absolute) as the kernel does, component by
-/// component, reads a symlink that lies in `dir`: also one a link outside
-/// leads to, or one reached by `..` (which, unlike a lexical comparison,
-/// does not count a plain `ws/../policy.toml` as passing through `ws`).
+/// Whether resolving `path` (absolute) as the kernel does reads a symlink
+/// that lies in `dir` (see [`crate::workspace::resolve_links_outside`]); past
+/// the kernel's bound on links (they changed since the policy was read) the
+/// answer is the careful one.
 fn walks_a_link_in(path: &Path, dir: &Path) -> bool {
-    use std::path::Component;
-    // What is left to walk, last component first.
-    let mut left: Vec<std::ffi::OsString> = Vec::new();
-    let push = |left: &mut Vec<std::ffi::OsString>, p: &Path| {
-        for c in p.components().rev() {
-            match c {
-                Component::Normal(n) => left.push(n.to_os_string()),
-                Component::ParentDir => left.push("..".into()),
-                Component::CurDir | Component::RootDir | Component::Prefix(_) => {}
-            }
-        }
-    };
-    push(&mut left, path);
-    let mut at = PathBuf::from("/");
-    // The kernel's own bound on links followed in one lookup; past it (the
-    // links changed since the policy was read) the answer is the careful one.
-    let mut links = 0;
-    while let Some(name) = left.pop() {
-        if name == ".." {
-            at.pop();
-            continue;
-        }
-        let next = at.join(&name);
-        match std::fs::read_link(&next) {
-            Ok(target) => {
-                if next.starts_with(dir) {
-                    return true;
-                }
-                links += 1;
-                if links > 40 {
-                    return true;
-                }
-                if target.is_absolute() {
-                    at = PathBuf::from("/");
-                }
-                push(&mut left, &target);
-            }
-            Err(_) => at = next,
-        }
-    }
-    false
+    use crate::workspace::LinksOutside;
+    matches!(
+        crate::workspace::resolve_links_outside(path, dir),
+        LinksOutside::LinkIn(_) | LinksOutside::Loop
+    )
 }
 
 fn plan_for(

@@ -10,6 +10,7 @@ pub mod plan;
 pub mod seccomp;
 
 use crate::policy::Policy;
+use crate::workspace::{resolve_links_outside, LinksOutside};
 use plan::HostFacts;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -100,11 +101,15 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state:
             // Never through a link in the workspace (an activated virtualenv
             // puts one of its directories on PATH): a run could point it at
             // any directory of the person's, for the next run to show.
-            if let Some(real) = resolve_outside(p, workspace).ok().flatten().filter(|r| r.is_dir()) {
-                let real = tool_root(&real, home);
-                if !system(&real) && !real.starts_with(workspace) && !extra_tool_dirs.contains(&real) {
-                    extra_tool_dirs.push(real);
-                }
+            let LinksOutside::Real(real) = resolve_links_outside(p, workspace) else {
+                continue;
+            };
+            if !real.is_dir() {
+                continue;
+            }
+            let real = tool_root(&real, home);
+            if !system(&real) && !real.starts_with(workspace) && !extra_tool_dirs.contains(&real) {
+                extra_tool_dirs.push(real);
             }
         }
     }
@@ -290,10 +295,10 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state:
             .iter()
             .filter_map(|p| {
                 let named = PathBuf::from(p);
-                let real = match resolve_outside(&named, workspace) {
-                    Ok(Some(r)) => r,
-                    Ok(None) => return Some((named, plan::ResolvedPath::Missing)),
-                    Err(link) => return Some((named, plan::ResolvedPath::ThroughWorkspace(link))),
+                let real = match resolve_links_outside(&named, workspace) {
+                    LinksOutside::Real(r) => r,
+                    LinksOutside::Missing | LinksOutside::Loop => return Some((named, plan::ResolvedPath::Missing)),
+                    LinksOutside::LinkIn(link) => return Some((named, plan::ResolvedPath::ThroughWorkspace(link))),
                 };
                 (real != named).then_some((named, plan::ResolvedPath::Real(real)))
             })
@@ -317,59 +322,6 @@ fn usable_cpus() -> u64 {
         return 1;
     };
     ((0..CpuSet::count()).filter(|&i| set.is_set(i).unwrap_or(false)).count() as u64).max(1)
-}
-
-/// `named` with every link on its way resolved, as `canonicalize` resolves
-/// them, but never a link in the workspace, which the sandboxed command can
-/// point anywhere between two runs: `Err` names the first such link. `None`
-/// when it cannot be resolved (it does not exist, a directory on its way
-/// cannot be searched, or its links loop).
-fn resolve_outside(named: &Path, workspace: &Path) -> Result<Option<PathBuf>, PathBuf> {
-    use std::path::Component;
-    // What is still to walk, last component first.
-    let mut todo: Vec<std::ffi::OsString> = Vec::new();
-    let push = |todo: &mut Vec<std::ffi::OsString>, p: &Path| {
-        for c in p.components().rev() {
-            match c {
-                Component::Normal(n) => todo.push(n.to_os_string()),
-                Component::ParentDir => todo.push("..".into()),
-                Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
-            }
-        }
-    };
-    push(&mut todo, named);
-    let mut at = PathBuf::from("/");
-    let mut links = 0;
-    while let Some(name) = todo.pop() {
-        if name == ".." {
-            // `at` holds no link: its parent is the real one.
-            at.pop();
-            continue;
-        }
-        let next = at.join(&name);
-        let Ok(meta) = std::fs::symlink_metadata(&next) else {
-            return Ok(None);
-        };
-        if !meta.file_type().is_symlink() {
-            at = next;
-            continue;
-        }
-        if next.starts_with(workspace) {
-            return Err(next);
-        }
-        links += 1;
-        let Ok(target) = std::fs::read_link(&next) else {
-            return Ok(None);
-        };
-        if links > 40 {
-            return Ok(None); // ELOOP
-        }
-        if target.is_absolute() {
-            at = PathBuf::from("/");
-        }
-        push(&mut todo, &target);
-    }
-    Ok(Some(at))
 }
 
 /// Secrets of the system that only root can read, as (files, directories),
@@ -543,16 +495,16 @@ mod tests {
         link(&ws.join("planted"), &out.join("via"));
         let real = out.join("real");
         for (named, want) in [
-            (out.join("abs/sub"), Ok(Some(real.join("sub")))),
-            (out.join("rel"), Ok(Some(real.clone()))),
-            (out.join("up"), Ok(Some(real.clone()))),
-            (out.join("into"), Ok(Some(ws.join("inner")))),
-            (ws.join("planted/sub"), Err(ws.join("planted"))),
-            (out.join("via"), Err(ws.join("planted"))),
-            (out.join("missing"), Ok(None)),
+            (out.join("abs/sub"), LinksOutside::Real(real.join("sub"))),
+            (out.join("rel"), LinksOutside::Real(real.clone())),
+            (out.join("up"), LinksOutside::Real(real.clone())),
+            (out.join("into"), LinksOutside::Real(ws.join("inner"))),
+            (ws.join("planted/sub"), LinksOutside::LinkIn(ws.join("planted"))),
+            (out.join("via"), LinksOutside::LinkIn(ws.join("planted"))),
+            (out.join("missing"), LinksOutside::Missing),
         ] {
-            assert_eq!(resolve_outside(&named, &ws), want, "{}", named.display());
-            if let Ok(Some(r)) = &want {
+            assert_eq!(resolve_links_outside(&named, &ws), want, "{}", named.display());
+            if let LinksOutside::Real(r) = &want {
                 assert_eq!(&std::fs::canonicalize(&named).unwrap(), r, "as canonicalize");
             }
         }

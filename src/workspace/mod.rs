@@ -382,6 +382,73 @@ fn bump_generation_file(path: &Path, workspace: Option<&Path>) -> Result<u64, Wo
     Ok(next)
 }
 
+/// Where a path leads when it is resolved as the kernel resolves it,
+/// component by component, but no link in a given directory is followed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LinksOutside {
+    /// The real path: every link on the way lies outside the directory.
+    Real(PathBuf),
+    /// The way reads this link in the directory (also one a link outside
+    /// leads to, or one reached by `..`).
+    LinkIn(PathBuf),
+    /// A component does not exist or cannot be read.
+    Missing,
+    /// More links than the kernel follows in one lookup.
+    Loop,
+}
+
+/// Resolve `path` (absolute) without following a link that lies in `dir`
+/// (a workspace, whose links the sandboxed command can point anywhere
+/// between two runs). Unlike a lexical comparison, a plain `ws/../x` does
+/// not count as passing through `ws`.
+pub fn resolve_links_outside(path: &Path, dir: &Path) -> LinksOutside {
+    use std::path::Component;
+    // What is left to walk, last component first.
+    let mut left: Vec<std::ffi::OsString> = Vec::new();
+    let push = |left: &mut Vec<std::ffi::OsString>, p: &Path| {
+        for c in p.components().rev() {
+            match c {
+                Component::Normal(n) => left.push(n.to_os_string()),
+                Component::ParentDir => left.push("..".into()),
+                Component::CurDir | Component::RootDir | Component::Prefix(_) => {}
+            }
+        }
+    };
+    push(&mut left, path);
+    let mut at = PathBuf::from("/");
+    let mut links = 0;
+    while let Some(name) = left.pop() {
+        if name == ".." {
+            // `at` holds no link: its parent is the real one.
+            at.pop();
+            continue;
+        }
+        let next = at.join(&name);
+        let Ok(meta) = std::fs::symlink_metadata(&next) else {
+            return LinksOutside::Missing;
+        };
+        if !meta.file_type().is_symlink() {
+            at = next;
+            continue;
+        }
+        if next.starts_with(dir) {
+            return LinksOutside::LinkIn(next);
+        }
+        links += 1;
+        if links > 40 {
+            return LinksOutside::Loop;
+        }
+        let Ok(target) = std::fs::read_link(&next) else {
+            return LinksOutside::Missing;
+        };
+        if target.is_absolute() {
+            at = PathBuf::from("/");
+        }
+        push(&mut left, &target);
+    }
+    LinksOutside::Real(at)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
