@@ -408,33 +408,29 @@ fn refused_for_protected_paths(
     exit::REFUSED
 }
 
-/// A policy file named through a symlink in the workspace: a run could point
-/// the link at a policy of its own for the next run (the file itself and its
+/// A policy file named through a symlink where sandboxed commands write (the
+/// workspace, or another the state directory knows): a run could point the
+/// link at a policy of its own for the next run (the file itself and its
 /// directories are pinned read-only inside, a link cannot be made so).
 /// `loaded`: the files as `load_policy` resolved them, in the order named.
 fn policy_through_a_workspace_link(req: &Request, loaded: &[PathBuf]) -> Option<String> {
+    use crate::workspace::{LinksOutside, WrittenWorkspaces};
+    let written = WrittenWorkspaces::new(&req.workspace, Some(&req.state_dir));
     req.policies.iter().zip(loaded).find_map(|(f, real)| {
         let named = std::path::absolute(f).ok()?;
-        walks_a_link_in(&named, &req.workspace).then(|| {
-            format!(
-                "tether-exec: the policy file `{}` is reached through a symlink inside the workspace, which a run could point at a policy of its own; pass `{}` instead, or keep the policy outside the workspace",
-                f.display(),
-                real.display()
-            )
-        })
+        // Past the kernel's bound on links (they changed since the policy
+        // was read) the answer is the careful one.
+        let place = match crate::workspace::resolve_links_outside(&named, &written) {
+            LinksOutside::LinkIn(link, by) => format!("{}, a symlink in {by}", link.display()),
+            LinksOutside::Loop => "more symlinks than the kernel follows".to_string(),
+            LinksOutside::Real(_) | LinksOutside::Missing => return None,
+        };
+        Some(format!(
+            "tether-exec: the policy file `{}` is reached through {place}, which a sandboxed command could point at a policy of its own; pass `{}` instead, or keep the policy where sandboxed commands do not write",
+            f.display(),
+            real.display()
+        ))
     })
-}
-
-/// Whether resolving `path` (absolute) as the kernel does reads a symlink
-/// that lies in `dir` (see [`crate::workspace::resolve_links_outside`]); past
-/// the kernel's bound on links (they changed since the policy was read) the
-/// answer is the careful one.
-fn walks_a_link_in(path: &Path, dir: &Path) -> bool {
-    use crate::workspace::LinksOutside;
-    matches!(
-        crate::workspace::resolve_links_outside(path, dir),
-        LinksOutside::LinkIn(_) | LinksOutside::Loop
-    )
 }
 
 fn plan_for(
@@ -445,6 +441,11 @@ fn plan_for(
     state: &Path,
     capture: Option<&Capture>,
 ) -> Result<(plan::Plan, crate::workspace::EnvSecrets), String> {
+    // On record before the command can leave a link here, for later runs
+    // elsewhere not to follow (see `workspace::WrittenWorkspaces`).
+    if policy.profile() == Profile::WorkspaceWrite {
+        crate::workspace::remember_written(state, ws).map_err(|e| format!("tether-exec: {e}"))?;
+    }
     let mut facts = sandbox::host_facts(policy, ws, crate::state::account_home().as_deref(), state);
     match capture {
         Some(c) if c.subtrees.is_empty() => facts.overlay = Some((c.upper(), c.work())),

@@ -12,6 +12,7 @@ mod common;
 use common::*;
 use std::io::Read;
 use std::net::{TcpListener, UdpSocket};
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -2369,6 +2370,70 @@ fn a_tool_directory_on_path_the_command_pointed_elsewhere_shows_nothing() {
     // shown (so the probe reads what a tool directory would show).
     let direct = format!("{}:/usr/bin:/bin", secret_dir.display());
     let c = w.command(&["run", "-c", &read]).env("PATH", &direct).output().unwrap();
+    assert!(stdout(&c).contains("TOPSECRET"), "control: {}", text(&c));
+}
+
+/// A second workspace (outside /tmp, so that a policy may name a path in
+/// it), with `w`'s state directory, where a sandboxed command has pointed
+/// `rel` at `target`: what a run in one project can leave for runs in the
+/// others.
+fn link_left_in_another_workspace(w: &World, rel: &str, target: &Path) -> (tempfile::TempDir, PathBuf) {
+    let dir = host_dir();
+    let other = std::fs::canonicalize(dir.path()).unwrap();
+    let parent = Path::new(rel).parent().unwrap().display().to_string();
+    let plant = format!("mkdir -p {parent} && ln -s {} {rel}", target.display());
+    let o = w
+        .command(&["run", "--workspace", other.to_str().unwrap(), "-c", &plant])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(std::fs::symlink_metadata(other.join(rel)).is_ok_and(|m| m.is_symlink()));
+    // Control: on the host the link leads to the secret.
+    let c = Command::new("cat")
+        .arg(other.join(rel).join("secret.txt"))
+        .output()
+        .unwrap();
+    assert!(stdout(&c).contains("TOPSECRET"), "control: {}", text(&c));
+    (dir, other)
+}
+
+#[test]
+fn a_tool_directory_on_path_linked_in_another_workspace_shows_nothing() {
+    // The person activated one project's virtualenv and runs an agent in
+    // another: the first project's `.venv/bin`, which a run there made a
+    // link to a directory of theirs, is on PATH.
+    let (_secret, secret_dir) = host_secret_dir();
+    let w = World::new();
+    let (_other, other) = link_left_in_another_workspace(&w, ".venv/bin", &secret_dir);
+    let path = format!("{}:/usr/bin:/bin", other.join(".venv/bin").display());
+    let read = format!("cat {}/secret.txt", secret_dir.display());
+    let o = w.command(&["run", "-c", &read]).env("PATH", &path).output().unwrap();
+    assert!(!stdout(&o).contains("TOPSECRET"), "{}", text(&o));
+    // Control: the same directory on PATH by its own name is shown (the
+    // probe reads what a tool directory would show).
+    let direct = format!("{}:/usr/bin:/bin", secret_dir.display());
+    let c = w.command(&["run", "-c", &read]).env("PATH", &direct).output().unwrap();
+    assert!(stdout(&c).contains("TOPSECRET"), "control: {}", text(&c));
+}
+
+#[test]
+fn a_read_only_path_linked_in_another_workspace_is_refused() {
+    let (_secret, secret_dir) = host_secret_dir();
+    let w = World::new();
+    let (_other, other) = link_left_in_another_workspace(&w, "vendor/sdk", &secret_dir);
+    let named = other.join("vendor/sdk");
+    let policy = format!("read_only_paths = [\"{}\"]\n", named.display());
+    let o = w.run_policy(&policy, &format!("cat {}/secret.txt", named.display()));
+    assert!(!stdout(&o).contains("TOPSECRET"), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(125), "{}", text(&o));
+    assert!(
+        text(&o).contains("a workspace where sandboxed commands have run"),
+        "{}",
+        text(&o)
+    );
+    // Control: the directory named by its own path is shown.
+    let policy = format!("read_only_paths = [\"{}\"]\n", secret_dir.display());
+    let c = w.run_policy(&policy, &format!("cat {}/secret.txt", secret_dir.display()));
     assert!(stdout(&c).contains("TOPSECRET"), "control: {}", text(&c));
 }
 

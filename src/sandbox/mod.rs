@@ -10,7 +10,7 @@ pub mod plan;
 pub mod seccomp;
 
 use crate::policy::Policy;
-use crate::workspace::{resolve_links_outside, LinksOutside};
+use crate::workspace::{resolve_links_outside, LinksOutside, WrittenWorkspaces};
 use plan::HostFacts;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -87,6 +87,9 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state:
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
         .collect();
     let system = |p: &Path| plan::SYSTEM_DIRS.iter().any(|d| p.starts_with(Path::new("/").join(d)));
+    // Links there are not followed: sandboxed commands can point them
+    // anywhere between two runs.
+    let written = WrittenWorkspaces::new(workspace, Some(state));
     let mut extra_tool_dirs = Vec::new();
     if let Some((_, path)) = env.iter().find(|(k, _)| k == "PATH") {
         let mut seen: Vec<&str> = Vec::new();
@@ -99,9 +102,10 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state:
             }
             seen.push(entry);
             // Never through a link in the workspace (an activated virtualenv
-            // puts one of its directories on PATH): a run could point it at
-            // any directory of the person's, for the next run to show.
-            let LinksOutside::Real(real) = resolve_links_outside(p, workspace) else {
+            // puts one of its directories on PATH), nor in another where
+            // sandboxed commands run: a run could point it at any directory
+            // of the person's, for the next run to show.
+            let LinksOutside::Real(real) = resolve_links_outside(p, &written) else {
                 continue;
             };
             if !real.is_dir() {
@@ -295,10 +299,12 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state:
             .iter()
             .filter_map(|p| {
                 let named = PathBuf::from(p);
-                let real = match resolve_links_outside(&named, workspace) {
+                let real = match resolve_links_outside(&named, &written) {
                     LinksOutside::Real(r) => r,
                     LinksOutside::Missing | LinksOutside::Loop => return Some((named, plan::ResolvedPath::Missing)),
-                    LinksOutside::LinkIn(link) => return Some((named, plan::ResolvedPath::ThroughWorkspace(link))),
+                    LinksOutside::LinkIn(link, by) => {
+                        return Some((named, plan::ResolvedPath::ThroughWorkspace { link, by }))
+                    }
                 };
                 (real != named).then_some((named, plan::ResolvedPath::Real(real)))
             })
@@ -479,13 +485,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn read_only_paths_resolve_like_canonicalize_but_never_through_the_workspace() {
+    fn read_only_paths_resolve_like_canonicalize_but_never_through_a_workspace() {
+        use crate::workspace::WrittenBy;
         let d = tempfile::tempdir().unwrap();
         let base = std::fs::canonicalize(d.path()).unwrap();
-        let (ws, out) = (base.join("ws"), base.join("out"));
-        for dir in [ws.join("inner"), out.join("real/sub")] {
+        let (ws, out, other, state) = (
+            base.join("ws"),
+            base.join("out"),
+            base.join("other"),
+            base.join("state"),
+        );
+        for dir in [ws.join("inner"), out.join("real/sub"), other.clone()] {
             std::fs::create_dir_all(dir).unwrap();
         }
+        // Sandboxed commands have run in `other` with this state directory.
+        crate::workspace::remember_written(&state, &other).unwrap();
         let link = |target: &Path, at: &Path| std::os::unix::fs::symlink(target, at).unwrap();
         link(&out.join("real"), &out.join("abs"));
         link(Path::new("real"), &out.join("rel"));
@@ -493,21 +507,63 @@ mod tests {
         link(&ws.join("inner"), &out.join("into"));
         link(&out.join("real"), &ws.join("planted"));
         link(&ws.join("planted"), &out.join("via"));
+        link(&out.join("real"), &other.join("planted"));
         let real = out.join("real");
+        let here = |p: PathBuf| LinksOutside::LinkIn(p, WrittenBy::ThisWorkspace);
         for (named, want) in [
             (out.join("abs/sub"), LinksOutside::Real(real.join("sub"))),
             (out.join("rel"), LinksOutside::Real(real.clone())),
             (out.join("up"), LinksOutside::Real(real.clone())),
             (out.join("into"), LinksOutside::Real(ws.join("inner"))),
-            (ws.join("planted/sub"), LinksOutside::LinkIn(ws.join("planted"))),
-            (out.join("via"), LinksOutside::LinkIn(ws.join("planted"))),
+            (ws.join("planted/sub"), here(ws.join("planted"))),
+            (out.join("via"), here(ws.join("planted"))),
+            (
+                other.join("planted/sub"),
+                LinksOutside::LinkIn(other.join("planted"), WrittenBy::Workspace(other.clone())),
+            ),
             (out.join("missing"), LinksOutside::Missing),
         ] {
-            assert_eq!(resolve_links_outside(&named, &ws), want, "{}", named.display());
+            let written = WrittenWorkspaces::new(&ws, Some(&state));
+            assert_eq!(resolve_links_outside(&named, &written), want, "{}", named.display());
             if let LinksOutside::Real(r) = &want {
                 assert_eq!(&std::fs::canonicalize(&named).unwrap(), r, "as canonicalize");
             }
         }
+        // Without a state directory, `other` is a directory like any other;
+        // with a record that cannot be read, no link outside the workspace
+        // is followed.
+        let unknown = WrittenWorkspaces::new(&ws, None);
+        assert_eq!(
+            resolve_links_outside(&other.join("planted/sub"), &unknown),
+            LinksOutside::Real(real.join("sub"))
+        );
+        std::fs::remove_dir_all(state.join("workspaces")).unwrap();
+        std::fs::write(state.join("workspaces"), b"not a directory").unwrap();
+        let unreadable = WrittenWorkspaces::new(&ws, Some(&state));
+        assert_eq!(
+            resolve_links_outside(&out.join("abs"), &unreadable),
+            LinksOutside::LinkIn(out.join("abs"), WrittenBy::Unrecorded(state.join("workspaces")))
+        );
+    }
+
+    /// A generation written by a version before the record of workspaces
+    /// names its workspace too.
+    #[test]
+    fn workspaces_with_a_generation_count_as_written() {
+        let d = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(d.path()).unwrap();
+        let (ws, other, state) = (base.join("ws"), base.join("other"), base.join("state"));
+        std::fs::create_dir_all(other.join("real")).unwrap();
+        std::os::unix::fs::symlink(other.join("real"), other.join("link")).unwrap();
+        crate::workspace::bump_generation(&state, &other).unwrap();
+        let written = WrittenWorkspaces::new(&ws, Some(&state));
+        assert_eq!(
+            resolve_links_outside(&other.join("link"), &written),
+            LinksOutside::LinkIn(
+                other.join("link"),
+                crate::workspace::WrittenBy::Workspace(other.clone())
+            )
+        );
     }
 
     #[test]

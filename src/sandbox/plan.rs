@@ -414,9 +414,13 @@ pub struct HostFacts {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ResolvedPath {
     Real(PathBuf),
-    /// Its way passes this link in the workspace, which the sandboxed
-    /// command can point anywhere between two runs: not followed.
-    ThroughWorkspace(PathBuf),
+    /// Its way passes this link where sandboxed commands write (`by`: the
+    /// workspace, or another), which they can point anywhere between two
+    /// runs: not followed.
+    ThroughWorkspace {
+        link: PathBuf,
+        by: crate::workspace::WrittenBy,
+    },
     /// It does not exist, cannot be reached, or its links loop.
     Missing,
 }
@@ -495,8 +499,12 @@ pub enum PlanError {
     GitIndexUnreadable(PathBuf),
     #[error("{} has other hard links: a read-only mount covers one name, and through another in the workspace a run would write what git obeys (a hook, its config) in place; a writable run is refused. Give it a name of its own (copy it, then rename the copy over it), or make the other name a symlink", .0.display())]
     GitControlLinked(PathBuf),
-    #[error("read_only_paths entry `{}` leads through {}, a link in the workspace, which the sandboxed command can point anywhere between two runs; nothing ran. Name the path it should lead to, outside the workspace, or the workspace path without links", named.display(), link.display())]
-    ReadOnlyPathThroughWorkspace { named: PathBuf, link: PathBuf },
+    #[error("read_only_paths entry `{}` leads through {}, a link in {by}, which sandboxed commands can point anywhere between two runs; nothing ran. Name the real path it should lead to, without links where sandboxed commands write", named.display(), link.display())]
+    ReadOnlyPathThroughWorkspace {
+        named: PathBuf,
+        link: PathBuf,
+        by: crate::workspace::WrittenBy,
+    },
     #[error("read_only_paths entry `{}` is in the workspace, which the sandbox shows as the profile says; nothing ran. To keep part of the workspace from being written, list it in `protected` (e.g. \"vendor/**\"), or narrow `writable_globs`", .0.display())]
     ReadOnlyPathInWorkspace(PathBuf),
     #[error("read_only_paths entry `{}` cannot be resolved (it does not exist, a directory on its way cannot be searched, or its links loop), so it cannot be shown; nothing ran. Create it or make it reachable, or take it out of the policy", .0.display())]
@@ -680,10 +688,11 @@ pub fn build(
         let real = match facts.read_only_reals.iter().find(|(n, _)| *n == named) {
             None => named.clone(),
             Some((_, ResolvedPath::Real(r))) => r.clone(),
-            Some((_, ResolvedPath::ThroughWorkspace(link))) => {
+            Some((_, ResolvedPath::ThroughWorkspace { link, by })) => {
                 return Err(PlanError::ReadOnlyPathThroughWorkspace {
                     named,
                     link: link.clone(),
+                    by: by.clone(),
                 })
             }
             Some((_, ResolvedPath::Missing)) => return Err(PlanError::ReadOnlyPathMissing(named)),
@@ -1206,7 +1215,10 @@ mod tests {
         let mut f = facts();
         f.read_only_reals = vec![(
             "/srv/sdk".into(),
-            ResolvedPath::ThroughWorkspace("/w/vendor/sdk".into()),
+            ResolvedPath::ThroughWorkspace {
+                link: "/w/vendor/sdk".into(),
+                by: crate::workspace::WrittenBy::ThisWorkspace,
+            },
         )];
         let e = plan_in_w(&policy("read_only_paths = [\"/srv/sdk\"]"), &f).unwrap_err();
         assert!(

@@ -28,6 +28,12 @@ pub enum WorkspaceError {
         #[source]
         source: std::io::Error,
     },
+    #[error("cannot record in {path} that sandboxed commands write in this workspace (later runs elsewhere must not follow the links they leave), so nothing ran: {source}")]
+    Record {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// One entry of a fingerprint: its path relative to the workspace, its type,
@@ -382,26 +388,157 @@ fn bump_generation_file(path: &Path, workspace: Option<&Path>) -> Result<u64, Wo
     Ok(next)
 }
 
+fn written_dir(state_dir: &Path) -> PathBuf {
+    state_dir.join("workspaces")
+}
+
+/// Record, before a writable sandbox starts, that sandboxed commands write in
+/// `workspace`: `<state_dir>/workspaces/<id>` holds its path. A run there
+/// can leave a link pointing anywhere of the person's; a later run in
+/// another workspace whose `PATH` or `read_only_paths` passes through it
+/// must not follow it (see [`WrittenWorkspaces`]). One failed `open` a run
+/// once the record exists.
+pub fn remember_written(state_dir: &Path, workspace: &Path) -> Result<(), WorkspaceError> {
+    use std::io::Write;
+    let dir = written_dir(state_dir);
+    let path = dir.join(workspace_id(workspace));
+    let err = |e| WorkspaceError::Record {
+        path: path.clone(),
+        source: e,
+    };
+    if std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file() && m.len() > 0) {
+        return Ok(());
+    }
+    std::fs::create_dir_all(&dir).map_err(err)?;
+    // Whole or not at all: written aside, then renamed into place.
+    let aside = dir.join(format!(".{}-{}", workspace_id(workspace), std::process::id()));
+    let mut f = std::fs::File::create(&aside).map_err(err)?;
+    f.write_all(workspace.as_os_str().as_bytes()).map_err(err)?;
+    drop(f);
+    std::fs::rename(&aside, &path).map_err(|e| {
+        let _ = std::fs::remove_file(&aside);
+        err(e)
+    })
+}
+
+/// Where sandboxed commands can write between two runs, as far as one state
+/// directory knows: the run's own workspace, and every workspace recorded by
+/// [`remember_written`] (or, from versions before that record, by a
+/// generation). Read only when a link outside the run's workspace is met.
+pub struct WrittenWorkspaces<'a> {
+    current: &'a Path,
+    state_dir: Option<&'a Path>,
+    others: std::cell::OnceCell<Result<Vec<PathBuf>, PathBuf>>,
+}
+
+/// Which writable directory a link lies in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WrittenBy {
+    /// The run's own workspace.
+    ThisWorkspace,
+    /// Another workspace where sandboxed commands have run.
+    Workspace(PathBuf),
+    /// Unknown: the record of workspaces (this directory) cannot be read, so
+    /// no link outside the run's workspace is trusted.
+    Unrecorded(PathBuf),
+}
+
+impl std::fmt::Display for WrittenBy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WrittenBy::ThisWorkspace => write!(f, "the workspace"),
+            WrittenBy::Workspace(p) => write!(f, "{}, a workspace where sandboxed commands have run", p.display()),
+            WrittenBy::Unrecorded(d) => write!(
+                f,
+                "a directory that may be a workspace of sandboxed commands (their record, {}, cannot be read)",
+                d.display()
+            ),
+        }
+    }
+}
+
+impl<'a> WrittenWorkspaces<'a> {
+    /// `state_dir`: `None` where no state directory is known (only the
+    /// current workspace counts).
+    pub fn new(current: &'a Path, state_dir: Option<&'a Path>) -> Self {
+        WrittenWorkspaces {
+            current,
+            state_dir,
+            others: std::cell::OnceCell::new(),
+        }
+    }
+
+    /// The writable directory `link` lies in, if any.
+    pub fn holding(&self, link: &Path) -> Option<WrittenBy> {
+        if link.starts_with(self.current) {
+            return Some(WrittenBy::ThisWorkspace);
+        }
+        let state_dir = self.state_dir?;
+        match self.others.get_or_init(|| recorded_workspaces(state_dir)) {
+            Ok(all) => all
+                .iter()
+                .find(|w| link.starts_with(w))
+                .map(|w| WrittenBy::Workspace(w.clone())),
+            Err(dir) => Some(WrittenBy::Unrecorded(dir.clone())),
+        }
+    }
+}
+
+/// Every workspace recorded under `state_dir`; `Err(dir)`: a record there
+/// cannot be read.
+fn recorded_workspaces(state_dir: &Path) -> Result<Vec<PathBuf>, PathBuf> {
+    let mut all = Vec::new();
+    for dir in [written_dir(state_dir), generations_dir(state_dir)] {
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(_) => return Err(dir),
+        };
+        for e in entries {
+            let e = e.map_err(|_| dir.clone())?;
+            if e.file_name().as_bytes().starts_with(b".") {
+                continue; // one being written: its run has not started
+            }
+            let bytes = std::fs::read(e.path()).map_err(|_| dir.clone())?;
+            // A generation's path follows its count on a line of its own.
+            let path = if dir == written_dir(state_dir) {
+                &bytes[..]
+            } else {
+                match bytes.iter().position(|&b| b == b'\n') {
+                    Some(i) => &bytes[i + 1..],
+                    None => &[][..],
+                }
+            };
+            if !path.is_empty() {
+                all.push(PathBuf::from(std::ffi::OsStr::from_bytes(path)));
+            }
+        }
+    }
+    Ok(all)
+}
+
 /// Where a path leads when it is resolved as the kernel resolves it,
-/// component by component, but no link in a given directory is followed.
+/// component by component, but no link in a writable directory is followed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LinksOutside {
-    /// The real path: every link on the way lies outside the directory.
+    /// The real path: every link on the way lies outside the writable
+    /// directories.
     Real(PathBuf),
-    /// The way reads this link in the directory (also one a link outside
-    /// leads to, or one reached by `..`).
-    LinkIn(PathBuf),
+    /// The way reads this link in a writable directory (also one a link
+    /// outside leads to, or one reached by `..`).
+    LinkIn(PathBuf, WrittenBy),
     /// A component does not exist or cannot be read.
     Missing,
     /// More links than the kernel follows in one lookup.
     Loop,
 }
 
-/// Resolve `path` (absolute) without following a link that lies in `dir`
-/// (a workspace, whose links the sandboxed command can point anywhere
-/// between two runs). Unlike a lexical comparison, a plain `ws/../x` does
-/// not count as passing through `ws`.
-pub fn resolve_links_outside(path: &Path, dir: &Path) -> LinksOutside {
+/// Resolve `path` (absolute) without following a link that lies where
+/// sandboxed commands write (`written`: the run's workspace and the others
+/// its state directory knows), whose links such a command can point anywhere
+/// between two runs. Unlike a lexical comparison, a plain `ws/../x` does not
+/// count as passing through `ws`.
+pub fn resolve_links_outside(path: &Path, written: &WrittenWorkspaces) -> LinksOutside {
     use std::path::Component;
     // What is left to walk, last component first.
     let mut left: Vec<std::ffi::OsString> = Vec::new();
@@ -431,8 +568,8 @@ pub fn resolve_links_outside(path: &Path, dir: &Path) -> LinksOutside {
             at = next;
             continue;
         }
-        if next.starts_with(dir) {
-            return LinksOutside::LinkIn(next);
+        if let Some(by) = written.holding(&next) {
+            return LinksOutside::LinkIn(next, by);
         }
         links += 1;
         if links > 40 {
