@@ -315,7 +315,7 @@ pub enum ApprovalError {
     #[error("The approval nonce {nonce} from key {key_id} on action {id} was already consumed by an earlier run; a consumed approval never works again, so the action was not run. Approve it afresh if it really should run again.")]
     NonceReplayed { id: String, key_id: String, nonce: String },
 
-    #[error("Action {id} was interrupted: a run started but never recorded a result (the launcher died mid-run), so it may have partly executed. It needs a fresh approval before it can run again.")]
+    #[error("Action {id} was interrupted: a resume began and never recorded a result. Either its launcher died mid-run, so the command may have partly executed, or its sandbox could not be set up and nothing ran (that resume said so, and the audit log has it). It needs a fresh approval before it can run again: `tether-exec approve {id}`.")]
     Interrupted { id: String },
 
     #[error(

@@ -737,6 +737,7 @@ fn a_resume_whose_sandbox_cannot_be_set_up_records_no_result_and_runs_once_fixed
     let o = w.tx(&["resume", &id]);
     assert_eq!(o.status.code(), Some(77), "{}", text(&o));
     assert!(text(&o).contains("interrupted"), "{}", text(&o));
+    assert!(text(&o).contains("could not be set up and nothing ran"), "{}", text(&o));
     assert!(!text(&o).contains("already ran"), "{}", text(&o));
     // Control: fixed and approved again, it runs, once.
     std::fs::remove_file(&sdk).unwrap();
