@@ -2937,6 +2937,32 @@ fn a_venv_config_shows_the_next_run_only_an_interpreter() {
 }
 
 #[test]
+fn a_venv_config_naming_a_fake_interpreter_beside_a_link_shows_nothing_through_it() {
+    // The run makes an "interpreter" of its own in the workspace, the `lib`
+    // beside it a link to a directory of the person's, and `home` name it:
+    // the next run must not show what the link points at.
+    let (_secret, secret_dir) = host_secret_dir();
+    let w = World::new();
+    let plant = format!(
+        "mkdir -p fake/bin .venv && cp /bin/true fake/bin/python3 && ln -s {s} fake/lib && \
+         printf 'home = {ws}/fake/bin\\n' | tee .venv/pyvenv.cfg",
+        s = secret_dir.display(),
+        ws = w.ws.display()
+    );
+    let o = w.run(&plant);
+    assert!(o.status.success(), "{}", text(&o));
+    let read = format!("cat {}/secret.txt", secret_dir.display());
+    let o = w.run(&read);
+    assert!(!stdout(&o).contains("TOPSECRET"), "{}", text(&o));
+    // Control: on the host the link leads to the secret.
+    let c = Command::new("cat")
+        .arg(w.ws.join("fake/lib/secret.txt"))
+        .output()
+        .unwrap();
+    assert!(stdout(&c).contains("TOPSECRET"), "control: {}", text(&c));
+}
+
+#[test]
 fn a_fifo_left_where_the_launcher_reads_hangs_nothing() {
     // A FIFO in place of `.git/config` (read after the run) or
     // `.venv/pyvenv.cfg` (read before the next): an open blocks until a

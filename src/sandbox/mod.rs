@@ -157,7 +157,15 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state:
             else {
                 continue;
             };
-            let Ok(bin) = std::fs::canonicalize(v.trim()) else {
+            // Never through a link where sandboxed commands write: a run
+            // could make `home` a directory of its own holding a `python3`,
+            // and the `lib` beside it a link to any directory of the
+            // person's, for the next run to show.
+            let named = Path::new(v.trim());
+            if !named.is_absolute() {
+                continue;
+            }
+            let LinksOutside::Real(bin) = resolve_links_outside(named, &written) else {
                 continue;
             };
             let interpreter = ["python3", "python"]
@@ -173,7 +181,10 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state:
             let beside = ["lib", "include"]
                 .into_iter()
                 .filter_map(|n| bin.parent().map(|p| p.join(n)))
-                .filter_map(|d| std::fs::canonicalize(d).ok())
+                .filter_map(|d| match resolve_links_outside(&d, &written) {
+                    LinksOutside::Real(r) => Some(r),
+                    _ => None,
+                })
                 .filter(|d| d.is_dir());
             for d in std::iter::once(bin.clone()).chain(beside) {
                 if reachable(&d) && !holds_key(&d) && !venv_prefixes.contains(&d) {
