@@ -408,27 +408,34 @@ fn refused_for_protected_paths(
     exit::REFUSED
 }
 
-/// A policy file named through a symlink where sandboxed commands write (the
-/// workspace, or another the state directory knows): a run could point the
-/// link at a policy of its own for the next run (the file itself and its
-/// directories are pinned read-only inside, a link cannot be made so).
-/// `loaded`: the files as `load_policy` resolved them, in the order named.
+/// A policy file that sandboxed commands could rewrite, or repoint, for the
+/// next run: one in another workspace where they have run (files of this
+/// run's own workspace are pinned read-only inside), or one named through a
+/// symlink where they write (a link cannot be pinned). `loaded`: the files
+/// as `load_policy` resolved them, in the order named.
 fn policy_through_a_workspace_link(req: &Request, loaded: &[PathBuf]) -> Option<String> {
-    use crate::workspace::{LinksOutside, WrittenWorkspaces};
+    use crate::workspace::{LinksOutside, WrittenBy, WrittenWorkspaces};
     let written = WrittenWorkspaces::new(&req.workspace, Some(&req.state_dir));
     req.policies.iter().zip(loaded).find_map(|(f, real)| {
         let named = std::path::absolute(f).ok()?;
         // Past the kernel's bound on links (they changed since the policy
         // was read) the answer is the careful one.
-        let place = match crate::workspace::resolve_links_outside(&named, &written) {
-            LinksOutside::LinkIn(link, by) => format!("{}, a symlink in {by}", link.display()),
-            LinksOutside::Loop => "more symlinks than the kernel follows".to_string(),
-            LinksOutside::Real(_) | LinksOutside::Missing => return None,
+        let why = match crate::workspace::resolve_links_outside(&named, &written) {
+            LinksOutside::LinkIn(link, by) => format!(
+                "is reached through {}, a symlink in {by}, which a sandboxed command could point at a policy of its own (it leads to `{}` now: check that file before naming it)",
+                link.display(),
+                real.display()
+            ),
+            LinksOutside::Loop => "is reached through more symlinks than the kernel follows".to_string(),
+            LinksOutside::Real(r) => match written.holding(&r) {
+                None | Some(WrittenBy::ThisWorkspace) => return None,
+                Some(by) => format!("lies in {by}, where a sandboxed command could rewrite it"),
+            },
+            LinksOutside::Missing => return None,
         };
         Some(format!(
-            "tether-exec: the policy file `{}` is reached through {place}, which a sandboxed command could point at a policy of its own; pass `{}` instead, or keep the policy where sandboxed commands do not write",
+            "tether-exec: the policy file `{}` {why}; keep the policy where sandboxed commands do not write, and name it by a path without links there",
             f.display(),
-            real.display()
         ))
     })
 }

@@ -2417,6 +2417,41 @@ fn a_tool_directory_on_path_linked_in_another_workspace_shows_nothing() {
 }
 
 #[test]
+fn a_policy_file_in_another_workspace_is_refused() {
+    // Runs in this workspace name a policy kept in another project, where a
+    // run (under a policy of its own) rewrites it to show a directory of the
+    // person's.
+    let (_secret, secret_dir) = host_secret_dir();
+    let w = World::new();
+    let (_other, other) = link_left_in_another_workspace(&w, "vendor/sdk", &secret_dir);
+    let policy = other.join("tether.toml");
+    std::fs::write(&policy, "version = 1\ndefault = \"allow\"\n").unwrap();
+    let rewrite = format!(
+        "printf 'version = 1\\ndefault = \"allow\"\\nread_only_paths = [\"{}\"]\\n' | tee tether.toml",
+        secret_dir.display()
+    );
+    let o = w
+        .command(&["run", "--workspace", other.to_str().unwrap(), "-c", &rewrite])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let read = format!("cat {}/secret.txt", secret_dir.display());
+    let o = w.run_with(&["--policy", policy.to_str().unwrap()], &read);
+    assert!(!stdout(&o).contains("TOPSECRET"), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(125), "{}", text(&o));
+    assert!(
+        text(&o).contains("a workspace where sandboxed commands have run"),
+        "{}",
+        text(&o)
+    );
+    // Control: the rewritten policy, kept elsewhere, shows the secret.
+    let copy = w.outside.join("copy.toml");
+    std::fs::copy(&policy, &copy).unwrap();
+    let c = w.run_with(&["--policy", copy.to_str().unwrap()], &read);
+    assert!(stdout(&c).contains("TOPSECRET"), "control: {}", text(&c));
+}
+
+#[test]
 fn a_read_only_path_linked_in_another_workspace_is_refused() {
     let (_secret, secret_dir) = host_secret_dir();
     let w = World::new();

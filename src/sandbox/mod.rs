@@ -557,6 +557,42 @@ mod tests {
         );
     }
 
+    /// A recorded workspace renamed since (or reached through another mount)
+    /// is known by its device and inode; a record that is not one trusts no
+    /// link outside the run's workspace.
+    #[test]
+    fn a_recorded_workspace_is_known_after_a_rename_and_a_damaged_record_trusts_nothing() {
+        use crate::workspace::WrittenBy;
+        let d = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(d.path()).unwrap();
+        let (ws, other, moved, state) = (
+            base.join("ws"),
+            base.join("other"),
+            base.join("moved"),
+            base.join("state"),
+        );
+        std::fs::create_dir_all(other.join("real")).unwrap();
+        crate::workspace::remember_written(&state, &other).unwrap();
+        std::os::unix::fs::symlink(other.join("real"), other.join("link")).unwrap();
+        std::fs::rename(&other, &moved).unwrap();
+        let written = WrittenWorkspaces::new(&ws, Some(&state));
+        assert_eq!(
+            resolve_links_outside(&moved.join("link"), &written),
+            LinksOutside::LinkIn(moved.join("link"), WrittenBy::Workspace(moved.clone()))
+        );
+        let records = state.join("workspaces");
+        for entry in std::fs::read_dir(&records).unwrap() {
+            std::fs::write(entry.unwrap().path(), b"").unwrap();
+        }
+        std::fs::create_dir_all(base.join("elsewhere/real")).unwrap();
+        std::os::unix::fs::symlink(base.join("elsewhere/real"), base.join("elsewhere/link")).unwrap();
+        let written = WrittenWorkspaces::new(&ws, Some(&state));
+        assert_eq!(
+            resolve_links_outside(&base.join("elsewhere/link"), &written),
+            LinksOutside::LinkIn(base.join("elsewhere/link"), WrittenBy::Unrecorded(records))
+        );
+    }
+
     /// A generation written by a version before the record of workspaces
     /// names its workspace too.
     #[test]

@@ -392,12 +392,17 @@ fn written_dir(state_dir: &Path) -> PathBuf {
     state_dir.join("workspaces")
 }
 
+/// What a record of a written workspace starts with.
+const WRITTEN_MAGIC: &[u8] = b"tether-exec workspace 1\n";
+
 /// Record, before a writable sandbox starts, that sandboxed commands write in
-/// `workspace`: `<state_dir>/workspaces/<id>` holds its path. A run there
-/// can leave a link pointing anywhere of the person's; a later run in
-/// another workspace whose `PATH` or `read_only_paths` passes through it
-/// must not follow it (see [`WrittenWorkspaces`]). One failed `open` a run
-/// once the record exists.
+/// `workspace`: `<state_dir>/workspaces/<id>` holds its device and inode
+/// numbers (which follow it when it is renamed or moved, and show through
+/// another mount of it) and its path. A run there can leave a link pointing
+/// anywhere of the person's; a later run in another workspace whose `PATH`
+/// or `read_only_paths` passes through it must not follow it (see
+/// [`WrittenWorkspaces`]). Written once per workspace, synced (a record lost
+/// in a crash would leave its links trusted); one `lstat` a run after that.
 pub fn remember_written(state_dir: &Path, workspace: &Path) -> Result<(), WorkspaceError> {
     use std::io::Write;
     let dir = written_dir(state_dir);
@@ -409,26 +414,42 @@ pub fn remember_written(state_dir: &Path, workspace: &Path) -> Result<(), Worksp
     if std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file() && m.len() > 0) {
         return Ok(());
     }
+    let m = std::fs::metadata(workspace).map_err(err)?;
+    let mut text = WRITTEN_MAGIC.to_vec();
+    text.extend_from_slice(format!("{} {}\n", m.dev(), m.ino()).as_bytes());
+    text.extend_from_slice(workspace.as_os_str().as_bytes());
     std::fs::create_dir_all(&dir).map_err(err)?;
-    // Whole or not at all: written aside, then renamed into place.
+    // Whole or not at all: written aside, synced, renamed into place, and the
+    // rename synced.
     let aside = dir.join(format!(".{}-{}", workspace_id(workspace), std::process::id()));
-    let mut f = std::fs::File::create(&aside).map_err(err)?;
-    f.write_all(workspace.as_os_str().as_bytes()).map_err(err)?;
-    drop(f);
-    std::fs::rename(&aside, &path).map_err(|e| {
+    let written = std::fs::File::create(&aside).and_then(|mut f| {
+        f.write_all(&text)?;
+        f.sync_all()?;
+        std::fs::rename(&aside, &path)?;
+        std::fs::File::open(&dir)?.sync_all()
+    });
+    written.map_err(|e| {
         let _ = std::fs::remove_file(&aside);
         err(e)
     })
 }
 
+/// A workspace recorded as written: its path then, and (for records of
+/// [`remember_written`], not generations) its device and inode numbers.
+struct RecordedWorkspace {
+    path: PathBuf,
+    id: Option<(u64, u64)>,
+}
+
 /// Where sandboxed commands can write between two runs, as far as one state
 /// directory knows: the run's own workspace, and every workspace recorded by
 /// [`remember_written`] (or, from versions before that record, by a
-/// generation). Read only when a link outside the run's workspace is met.
+/// generation with its path). Read only when a link outside the run's
+/// workspace is met.
 pub struct WrittenWorkspaces<'a> {
     current: &'a Path,
     state_dir: Option<&'a Path>,
-    others: std::cell::OnceCell<Result<Vec<PathBuf>, PathBuf>>,
+    others: std::cell::OnceCell<Result<Vec<RecordedWorkspace>, PathBuf>>,
 }
 
 /// Which writable directory a link lies in.
@@ -436,7 +457,7 @@ pub struct WrittenWorkspaces<'a> {
 pub enum WrittenBy {
     /// The run's own workspace.
     ThisWorkspace,
-    /// Another workspace where sandboxed commands have run.
+    /// Another workspace where sandboxed commands have run (where it is now).
     Workspace(PathBuf),
     /// Unknown: the record of workspaces (this directory) cannot be read, so
     /// no link outside the run's workspace is trusted.
@@ -450,7 +471,7 @@ impl std::fmt::Display for WrittenBy {
             WrittenBy::Workspace(p) => write!(f, "{}, a workspace where sandboxed commands have run", p.display()),
             WrittenBy::Unrecorded(d) => write!(
                 f,
-                "a directory that may be a workspace of sandboxed commands (their record, {}, cannot be read)",
+                "a directory that may be a workspace of sandboxed commands: their record, {}, cannot be read (it is tether-exec's own; make it readable again, or remove what in it is not a record)",
                 d.display()
             ),
         }
@@ -468,27 +489,40 @@ impl<'a> WrittenWorkspaces<'a> {
         }
     }
 
-    /// The writable directory `link` lies in, if any.
+    /// The writable directory `link` (a path whose directories hold no link)
+    /// lies in, if any: by its path, or by a directory on its way that is a
+    /// recorded workspace under another name (renamed, moved, or mounted
+    /// elsewhere too).
     pub fn holding(&self, link: &Path) -> Option<WrittenBy> {
         if link.starts_with(self.current) {
             return Some(WrittenBy::ThisWorkspace);
         }
         let state_dir = self.state_dir?;
-        match self.others.get_or_init(|| recorded_workspaces(state_dir)) {
-            Ok(all) => all
-                .iter()
-                .find(|w| link.starts_with(w))
-                .map(|w| WrittenBy::Workspace(w.clone())),
-            Err(dir) => Some(WrittenBy::Unrecorded(dir.clone())),
+        let all = match self.others.get_or_init(|| recorded_workspaces(state_dir)) {
+            Ok(all) => all,
+            Err(dir) => return Some(WrittenBy::Unrecorded(dir.clone())),
+        };
+        if let Some(w) = all.iter().find(|w| link.starts_with(&w.path)) {
+            return Some(WrittenBy::Workspace(w.path.clone()));
         }
+        let ids: Vec<(u64, u64)> = all.iter().filter_map(|w| w.id).collect();
+        if ids.is_empty() {
+            return None;
+        }
+        link.ancestors().skip(1).find_map(|dir| {
+            let m = std::fs::symlink_metadata(dir).ok()?;
+            ids.contains(&(m.dev(), m.ino()))
+                .then(|| WrittenBy::Workspace(dir.to_path_buf()))
+        })
     }
 }
 
 /// Every workspace recorded under `state_dir`; `Err(dir)`: a record there
-/// cannot be read.
-fn recorded_workspaces(state_dir: &Path) -> Result<Vec<PathBuf>, PathBuf> {
+/// cannot be read, or is not one.
+fn recorded_workspaces(state_dir: &Path) -> Result<Vec<RecordedWorkspace>, PathBuf> {
     let mut all = Vec::new();
-    for dir in [written_dir(state_dir), generations_dir(state_dir)] {
+    let written = written_dir(state_dir);
+    for dir in [written.clone(), generations_dir(state_dir)] {
         let entries = match std::fs::read_dir(&dir) {
             Ok(rd) => rd,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
@@ -500,21 +534,38 @@ fn recorded_workspaces(state_dir: &Path) -> Result<Vec<PathBuf>, PathBuf> {
                 continue; // one being written: its run has not started
             }
             let bytes = std::fs::read(e.path()).map_err(|_| dir.clone())?;
-            // A generation's path follows its count on a line of its own.
-            let path = if dir == written_dir(state_dir) {
-                &bytes[..]
-            } else {
-                match bytes.iter().position(|&b| b == b'\n') {
-                    Some(i) => &bytes[i + 1..],
-                    None => &[][..],
+            if dir == written {
+                all.push(parse_written(&bytes).ok_or_else(|| dir.clone())?);
+                continue;
+            }
+            // A generation's path follows its count on a line of its own;
+            // one without (written before paths were) names no workspace.
+            if let Some(i) = bytes.iter().position(|&b| b == b'\n') {
+                if i + 1 < bytes.len() {
+                    all.push(RecordedWorkspace {
+                        path: PathBuf::from(std::ffi::OsStr::from_bytes(&bytes[i + 1..])),
+                        id: None,
+                    });
                 }
-            };
-            if !path.is_empty() {
-                all.push(PathBuf::from(std::ffi::OsStr::from_bytes(path)));
             }
         }
     }
     Ok(all)
+}
+
+fn parse_written(bytes: &[u8]) -> Option<RecordedWorkspace> {
+    let rest = bytes.strip_prefix(WRITTEN_MAGIC)?;
+    let nl = rest.iter().position(|&b| b == b'\n')?;
+    let (id, path) = (std::str::from_utf8(&rest[..nl]).ok()?, &rest[nl + 1..]);
+    let (dev, ino) = id.split_once(' ')?;
+    let path = PathBuf::from(std::ffi::OsStr::from_bytes(path));
+    if !path.is_absolute() {
+        return None;
+    }
+    Some(RecordedWorkspace {
+        path,
+        id: Some((dev.parse().ok()?, ino.parse().ok()?)),
+    })
 }
 
 /// Where a path leads when it is resolved as the kernel resolves it,
