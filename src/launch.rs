@@ -422,7 +422,7 @@ fn policy_through_a_workspace_link(req: &Request, loaded: &[PathBuf]) -> Option<
         // was read) the answer is the careful one.
         let why = match crate::workspace::resolve_links_outside(&named, &written) {
             LinksOutside::LinkIn(link, by) => format!(
-                "is reached through {}, a symlink in {by}, which a sandboxed command could point at a policy of its own (it leads to `{}` now: check that file before naming it)",
+                "is reached through {}, a symlink in {by}, which a sandboxed command could point at a policy of its own (it leads to `{}` now: do not name that file unless you wrote it)",
                 link.display(),
                 real.display()
             ),

@@ -2452,6 +2452,53 @@ fn a_policy_file_in_another_workspace_is_refused() {
 }
 
 #[test]
+fn a_tool_directory_in_another_workspace_is_never_widened_to_that_workspace() {
+    // `~/B/bin` on PATH (direnv's `PATH_add bin`) while the agent works in
+    // A. An interpreter's `bin` is shown with its prefix when a `lib` is
+    // beside it; a run in B makes one, and every run in A would then show
+    // all of B, its `.env` too.
+    let w = World::new();
+    let dir = host_dir();
+    let other = std::fs::canonicalize(dir.path()).unwrap();
+    std::fs::create_dir_all(other.join("bin")).unwrap();
+    std::fs::write(other.join("bin/b-tool"), "#!/bin/sh\necho b-tool ran\n").unwrap();
+    std::fs::set_permissions(
+        other.join("bin/b-tool"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    std::fs::write(other.join(".env"), "TOKEN=TOPSECRET\n").unwrap();
+    let o = w
+        .command(&["run", "--workspace", other.to_str().unwrap(), "-c", "mkdir lib"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let path = format!("{}:/usr/bin:/bin", other.join("bin").display());
+    let probe = format!("b-tool; cat {}/.env", other.display());
+    let o = w.command(&["run", "-c", &probe]).env("PATH", &path).output().unwrap();
+    assert!(!stdout(&o).contains("TOPSECRET"), "{}", text(&o));
+    assert!(
+        stdout(&o).contains("b-tool ran"),
+        "the tool directory itself is shown: {}",
+        text(&o)
+    );
+    // Control: a prefix no sandboxed command writes is shown whole (so the
+    // probe reads what widening would show).
+    let tools = host_dir();
+    let prefix = std::fs::canonicalize(tools.path()).unwrap();
+    std::fs::create_dir_all(prefix.join("bin")).unwrap();
+    std::fs::create_dir_all(prefix.join("lib")).unwrap();
+    std::fs::write(prefix.join(".env"), "TOKEN=TOPSECRET\n").unwrap();
+    let path = format!("{}:/usr/bin:/bin", prefix.join("bin").display());
+    let c = w
+        .command(&["run", "-c", &format!("cat {}/.env", prefix.display())])
+        .env("PATH", &path)
+        .output()
+        .unwrap();
+    assert!(stdout(&c).contains("TOPSECRET"), "control: {}", text(&c));
+}
+
+#[test]
 fn a_read_only_path_linked_in_another_workspace_is_refused() {
     let (_secret, secret_dir) = host_secret_dir();
     let w = World::new();

@@ -111,7 +111,11 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state:
             if !real.is_dir() {
                 continue;
             }
-            let real = tool_root(&real, home);
+            // Widened to its prefix only where no sandboxed command writes,
+            // nor holds this workspace (`~/work/bin` while in `~/work/proj`).
+            let real = tool_root(&real, home, |wide| {
+                workspace.starts_with(wide) || written.holding(wide).is_some()
+            });
             if !system(&real) && !real.starts_with(workspace) && !extra_tool_dirs.contains(&real) {
                 extra_tool_dirs.push(real);
             }
@@ -447,7 +451,9 @@ fn without_nested(dirs: Vec<PathBuf>) -> Vec<PathBuf> {
 /// manager's root (`~/.pyenv/shims` → `~/.pyenv`), an interpreter's `bin`
 /// needs its prefix (`.../3.12/bin` → `.../3.12`, which has `lib/`). Never the
 /// home itself or `~/.local` (which holds the state directory by default).
-fn tool_root(dir: &Path, home: Option<&Path>) -> PathBuf {
+/// `keep_narrow`: a prefix that must not be shown whole (one where sandboxed
+/// commands write: a run could add the `lib` that widens it).
+fn tool_root(dir: &Path, home: Option<&Path>, keep_narrow: impl Fn(&Path) -> bool) -> PathBuf {
     let Some(parent) = dir.parent() else {
         return dir.to_path_buf();
     };
@@ -457,7 +463,9 @@ fn tool_root(dir: &Path, home: Option<&Path>) -> PathBuf {
         return dir.to_path_buf();
     }
     let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or("");
-    if name == "shims" || (name == "bin" && parent.join("lib").is_dir()) {
+    // `lib` a directory of its own, not a link.
+    let has_lib = std::fs::symlink_metadata(parent.join("lib")).is_ok_and(|m| m.is_dir());
+    if (name == "shims" || (name == "bin" && has_lib)) && !keep_narrow(parent) {
         parent.to_path_buf()
     } else {
         dir.to_path_buf()
@@ -558,11 +566,12 @@ mod tests {
     }
 
     /// A recorded workspace renamed since (or reached through another mount)
-    /// is known by its device and inode; a record that is not one trusts no
-    /// link outside the run's workspace.
+    /// is known by its device and inode; one nested in the run's workspace
+    /// is told apart from it (a policy file there is not this run's to
+    /// pin); captures of writes count as written.
     #[test]
-    fn a_recorded_workspace_is_known_after_a_rename_and_a_damaged_record_trusts_nothing() {
-        use crate::workspace::WrittenBy;
+    fn recorded_workspaces_are_known_after_a_rename_nested_and_by_their_captures() {
+        use crate::workspace::{WrittenBy, WrittenWorkspaces};
         let d = tempfile::tempdir().unwrap();
         let base = std::fs::canonicalize(d.path()).unwrap();
         let (ws, other, moved, state) = (
@@ -572,7 +581,9 @@ mod tests {
             base.join("state"),
         );
         std::fs::create_dir_all(other.join("real")).unwrap();
+        std::fs::create_dir_all(ws.join("nested")).unwrap();
         crate::workspace::remember_written(&state, &other).unwrap();
+        crate::workspace::remember_written(&state, &ws.join("nested")).unwrap();
         std::os::unix::fs::symlink(other.join("real"), other.join("link")).unwrap();
         std::fs::rename(&other, &moved).unwrap();
         let written = WrittenWorkspaces::new(&ws, Some(&state));
@@ -580,16 +591,20 @@ mod tests {
             resolve_links_outside(&moved.join("link"), &written),
             LinksOutside::LinkIn(moved.join("link"), WrittenBy::Workspace(moved.clone()))
         );
-        let records = state.join("workspaces");
-        for entry in std::fs::read_dir(&records).unwrap() {
-            std::fs::write(entry.unwrap().path(), b"").unwrap();
-        }
-        std::fs::create_dir_all(base.join("elsewhere/real")).unwrap();
-        std::os::unix::fs::symlink(base.join("elsewhere/real"), base.join("elsewhere/link")).unwrap();
-        let written = WrittenWorkspaces::new(&ws, Some(&state));
         assert_eq!(
-            resolve_links_outside(&base.join("elsewhere/link"), &written),
-            LinksOutside::LinkIn(base.join("elsewhere/link"), WrittenBy::Unrecorded(records))
+            written.holding(&ws.join("nested/policy.toml")),
+            Some(WrittenBy::Workspace(ws.join("nested")))
+        );
+        assert_eq!(written.holding(&ws.join("policy.toml")), Some(WrittenBy::ThisWorkspace));
+        assert_eq!(written.holding(&base.join("elsewhere/policy.toml")), None);
+        let beside = base.join(crate::workspace::overlay::BESIDE_WORKSPACE);
+        assert_eq!(
+            written.holding(&beside.join("previews/x/upper/lib")),
+            Some(WrittenBy::Captures(beside))
+        );
+        assert_eq!(
+            written.holding(&state.join("previews/x/upper/lib")),
+            Some(WrittenBy::Captures(state.clone()))
         );
     }
 

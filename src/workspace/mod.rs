@@ -392,64 +392,69 @@ fn written_dir(state_dir: &Path) -> PathBuf {
     state_dir.join("workspaces")
 }
 
-/// What a record of a written workspace starts with.
-const WRITTEN_MAGIC: &[u8] = b"tether-exec workspace 1\n";
-
 /// Record, before a writable sandbox starts, that sandboxed commands write in
-/// `workspace`: `<state_dir>/workspaces/<id>` holds its device and inode
-/// numbers (which follow it when it is renamed or moved, and show through
-/// another mount of it) and its path. A run there can leave a link pointing
-/// anywhere of the person's; a later run in another workspace whose `PATH`
-/// or `read_only_paths` passes through it must not follow it (see
-/// [`WrittenWorkspaces`]). Written once per workspace, synced (a record lost
-/// in a crash would leave its links trusted); one `lstat` a run after that.
+/// `workspace`: two empty-named markers in `<state_dir>/workspaces`, one by
+/// its path (`path-<digest>`, which survives a reboot that renumbers a
+/// filesystem's device) and one by its device and inode numbers
+/// (`id-<dev>-<ino>`, which follow it when it is renamed or moved, and show
+/// through another mount of it); each holds the path, for people. A run
+/// there can leave a link pointing anywhere of the person's; a later run in
+/// another workspace whose `PATH` or `read_only_paths` passes through it must
+/// not follow it (see [`WrittenWorkspaces`]). Written once per workspace,
+/// synced (a record lost in a crash would leave its links trusted); a
+/// `stat` and two `lstat`s a run after that.
 pub fn remember_written(state_dir: &Path, workspace: &Path) -> Result<(), WorkspaceError> {
     use std::io::Write;
     let dir = written_dir(state_dir);
-    let path = dir.join(workspace_id(workspace));
-    let err = |e| WorkspaceError::Record {
-        path: path.clone(),
+    let err = |path: &Path, e| WorkspaceError::Record {
+        path: path.to_path_buf(),
         source: e,
     };
-    if std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file() && m.len() > 0) {
-        return Ok(());
+    let m = std::fs::metadata(workspace).map_err(|e| err(workspace, e))?;
+    let mut synced_any = false;
+    for name in [path_marker(workspace), id_marker(m.dev(), m.ino())] {
+        let path = dir.join(&name);
+        if std::fs::symlink_metadata(&path).is_ok() {
+            continue;
+        }
+        std::fs::create_dir_all(&dir).map_err(|e| err(&dir, e))?;
+        // Whole or not at all: written aside, synced, renamed into place.
+        let aside = dir.join(format!(".{name}-{}", std::process::id()));
+        let written = std::fs::File::create(&aside).and_then(|mut f| {
+            f.write_all(workspace.as_os_str().as_bytes())?;
+            f.sync_all()?;
+            std::fs::rename(&aside, &path)
+        });
+        if let Err(e) = written {
+            let _ = std::fs::remove_file(&aside);
+            return Err(err(&path, e));
+        }
+        synced_any = true;
     }
-    let m = std::fs::metadata(workspace).map_err(err)?;
-    let mut text = WRITTEN_MAGIC.to_vec();
-    text.extend_from_slice(format!("{} {}\n", m.dev(), m.ino()).as_bytes());
-    text.extend_from_slice(workspace.as_os_str().as_bytes());
-    std::fs::create_dir_all(&dir).map_err(err)?;
-    // Whole or not at all: written aside, synced, renamed into place, and the
-    // rename synced.
-    let aside = dir.join(format!(".{}-{}", workspace_id(workspace), std::process::id()));
-    let written = std::fs::File::create(&aside).and_then(|mut f| {
-        f.write_all(&text)?;
-        f.sync_all()?;
-        std::fs::rename(&aside, &path)?;
-        std::fs::File::open(&dir)?.sync_all()
-    });
-    written.map_err(|e| {
-        let _ = std::fs::remove_file(&aside);
-        err(e)
-    })
+    if synced_any {
+        std::fs::File::open(&dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| err(&dir, e))?;
+    }
+    Ok(())
 }
 
-/// A workspace recorded as written: its path then, and (for records of
-/// [`remember_written`], not generations) its device and inode numbers.
-struct RecordedWorkspace {
-    path: PathBuf,
-    id: Option<(u64, u64)>,
+fn path_marker(workspace: &Path) -> String {
+    format!("path-{}", workspace_id(workspace))
+}
+
+fn id_marker(dev: u64, ino: u64) -> String {
+    format!("id-{dev}-{ino}")
 }
 
 /// Where sandboxed commands can write between two runs, as far as one state
-/// directory knows: the run's own workspace, and every workspace recorded by
-/// [`remember_written`] (or, from versions before that record, by a
-/// generation with its path). Read only when a link outside the run's
-/// workspace is met.
+/// directory knows: the run's own workspace, every workspace recorded by
+/// [`remember_written`] (or, by versions before that record, given a
+/// generation), and the captures of their writes (in the state directory,
+/// and beside each workspace).
 pub struct WrittenWorkspaces<'a> {
     current: &'a Path,
     state_dir: Option<&'a Path>,
-    others: std::cell::OnceCell<Result<Vec<RecordedWorkspace>, PathBuf>>,
 }
 
 /// Which writable directory a link lies in.
@@ -459,6 +464,8 @@ pub enum WrittenBy {
     ThisWorkspace,
     /// Another workspace where sandboxed commands have run (where it is now).
     Workspace(PathBuf),
+    /// Where the writes of sandboxed commands are captured (previews, overlays).
+    Captures(PathBuf),
     /// Unknown: the record of workspaces (this directory) cannot be read, so
     /// no link outside the run's workspace is trusted.
     Unrecorded(PathBuf),
@@ -469,9 +476,10 @@ impl std::fmt::Display for WrittenBy {
         match self {
             WrittenBy::ThisWorkspace => write!(f, "the workspace"),
             WrittenBy::Workspace(p) => write!(f, "{}, a workspace where sandboxed commands have run", p.display()),
+            WrittenBy::Captures(p) => write!(f, "{}, where tether-exec keeps what sandboxed commands wrote", p.display()),
             WrittenBy::Unrecorded(d) => write!(
                 f,
-                "a directory that may be a workspace of sandboxed commands: their record, {}, cannot be read (it is tether-exec's own; make it readable again, or remove what in it is not a record)",
+                "a directory that may be a workspace of sandboxed commands: their record, {}, cannot be read (it is tether-exec's own; make it readable to this user again)",
                 d.display()
             ),
         }
@@ -482,90 +490,54 @@ impl<'a> WrittenWorkspaces<'a> {
     /// `state_dir`: `None` where no state directory is known (only the
     /// current workspace counts).
     pub fn new(current: &'a Path, state_dir: Option<&'a Path>) -> Self {
-        WrittenWorkspaces {
-            current,
-            state_dir,
-            others: std::cell::OnceCell::new(),
-        }
+        WrittenWorkspaces { current, state_dir }
     }
 
-    /// The writable directory `link` (a path whose directories hold no link)
-    /// lies in, if any: by its path, or by a directory on its way that is a
-    /// recorded workspace under another name (renamed, moved, or mounted
-    /// elsewhere too).
-    pub fn holding(&self, link: &Path) -> Option<WrittenBy> {
-        if link.starts_with(self.current) {
-            return Some(WrittenBy::ThisWorkspace);
-        }
-        let state_dir = self.state_dir?;
-        let all = match self.others.get_or_init(|| recorded_workspaces(state_dir)) {
-            Ok(all) => all,
-            Err(dir) => return Some(WrittenBy::Unrecorded(dir.clone())),
+    /// The writable directory `path` (whose directories hold no link: the
+    /// link being resolved, or a real path) lies in, if any: the nearest
+    /// recorded workspace on its way, by path or by device and inode, or a
+    /// capture directory, else the run's own workspace. Asked afresh each
+    /// time: a link seen now was made by a run whose workspace was on record
+    /// before that run's sandbox started.
+    pub fn holding(&self, path: &Path) -> Option<WrittenBy> {
+        let Some(state_dir) = self.state_dir else {
+            return path.starts_with(self.current).then_some(WrittenBy::ThisWorkspace);
         };
-        if let Some(w) = all.iter().find(|w| link.starts_with(&w.path)) {
-            return Some(WrittenBy::Workspace(w.path.clone()));
+        if path.starts_with(state_dir) {
+            return Some(WrittenBy::Captures(state_dir.to_path_buf()));
         }
-        let ids: Vec<(u64, u64)> = all.iter().filter_map(|w| w.id).collect();
-        if ids.is_empty() {
-            return None;
-        }
-        link.ancestors().skip(1).find_map(|dir| {
-            let m = std::fs::symlink_metadata(dir).ok()?;
-            ids.contains(&(m.dev(), m.ino()))
-                .then(|| WrittenBy::Workspace(dir.to_path_buf()))
-        })
-    }
-}
-
-/// Every workspace recorded under `state_dir`; `Err(dir)`: a record there
-/// cannot be read, or is not one.
-fn recorded_workspaces(state_dir: &Path) -> Result<Vec<RecordedWorkspace>, PathBuf> {
-    let mut all = Vec::new();
-    let written = written_dir(state_dir);
-    for dir in [written.clone(), generations_dir(state_dir)] {
-        let entries = match std::fs::read_dir(&dir) {
-            Ok(rd) => rd,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(_) => return Err(dir),
+        let (written, generations) = (written_dir(state_dir), generations_dir(state_dir));
+        let recorded = |marker: PathBuf| match std::fs::symlink_metadata(&marker) {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(_) => Err(marker.parent().map_or_else(|| marker.clone(), Path::to_path_buf)),
         };
-        for e in entries {
-            let e = e.map_err(|_| dir.clone())?;
-            if e.file_name().as_bytes().starts_with(b".") {
-                continue; // one being written: its run has not started
+        for dir in path.ancestors() {
+            if dir == self.current {
+                return Some(WrittenBy::ThisWorkspace);
             }
-            let bytes = std::fs::read(e.path()).map_err(|_| dir.clone())?;
-            if dir == written {
-                all.push(parse_written(&bytes).ok_or_else(|| dir.clone())?);
-                continue;
+            if dir.file_name() == Some(std::ffi::OsStr::new(overlay::BESIDE_WORKSPACE)) {
+                return Some(WrittenBy::Captures(dir.to_path_buf()));
             }
-            // A generation's path follows its count on a line of its own;
-            // one without (written before paths were) names no workspace.
-            if let Some(i) = bytes.iter().position(|&b| b == b'\n') {
-                if i + 1 < bytes.len() {
-                    all.push(RecordedWorkspace {
-                        path: PathBuf::from(std::ffi::OsStr::from_bytes(&bytes[i + 1..])),
-                        id: None,
-                    });
+            let by_id = match std::fs::symlink_metadata(dir) {
+                Ok(m) if m.is_dir() => Some(written.join(id_marker(m.dev(), m.ino()))),
+                _ => None,
+            };
+            let markers = [
+                Some(written.join(path_marker(dir))),
+                by_id,
+                Some(generations.join(workspace_id(dir))),
+            ];
+            for marker in markers.into_iter().flatten() {
+                match recorded(marker) {
+                    Ok(true) => return Some(WrittenBy::Workspace(dir.to_path_buf())),
+                    Ok(false) => {}
+                    Err(unreadable) => return Some(WrittenBy::Unrecorded(unreadable)),
                 }
             }
         }
+        None
     }
-    Ok(all)
-}
-
-fn parse_written(bytes: &[u8]) -> Option<RecordedWorkspace> {
-    let rest = bytes.strip_prefix(WRITTEN_MAGIC)?;
-    let nl = rest.iter().position(|&b| b == b'\n')?;
-    let (id, path) = (std::str::from_utf8(&rest[..nl]).ok()?, &rest[nl + 1..]);
-    let (dev, ino) = id.split_once(' ')?;
-    let path = PathBuf::from(std::ffi::OsStr::from_bytes(path));
-    if !path.is_absolute() {
-        return None;
-    }
-    Some(RecordedWorkspace {
-        path,
-        id: Some((dev.parse().ok()?, ino.parse().ok()?)),
-    })
 }
 
 /// Where a path leads when it is resolved as the kernel resolves it,
