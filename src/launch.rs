@@ -427,7 +427,7 @@ fn policy_through_a_workspace_link(req: &Request, loaded: &[PathBuf]) -> Option<
                 real.display()
             ),
             LinksOutside::Loop => "is reached through more symlinks than the kernel follows".to_string(),
-            LinksOutside::Real(r) => match written.holding(&r) {
+            LinksOutside::Real(r) => match written.others_holding(&r) {
                 None | Some(WrittenBy::ThisWorkspace) => return None,
                 Some(by) => format!("lies in {by}, where a sandboxed command could rewrite it"),
             },
@@ -448,11 +448,6 @@ fn plan_for(
     state: &Path,
     capture: Option<&Capture>,
 ) -> Result<(plan::Plan, crate::workspace::EnvSecrets), String> {
-    // On record before the command can leave a link here, for later runs
-    // elsewhere not to follow (see `workspace::WrittenWorkspaces`).
-    if policy.profile() == Profile::WorkspaceWrite {
-        crate::workspace::remember_written(state, ws).map_err(|e| format!("tether-exec: {e}"))?;
-    }
     let mut facts = sandbox::host_facts(policy, ws, crate::state::account_home().as_deref(), state);
     match capture {
         Some(c) if c.subtrees.is_empty() => facts.overlay = Some((c.upper(), c.work())),
@@ -467,6 +462,13 @@ fn plan_for(
     }
     let plan = plan::build(policy, &facts, ws, cwd, argv, state)
         .map_err(|e| format!("tether-exec: cannot plan the sandbox: {e}"))?;
+    // On record before the command can leave a link here, for later runs
+    // elsewhere not to follow (see `workspace::WrittenWorkspaces`); only a
+    // workspace the plan accepts (never `/`, a system directory, or one
+    // holding the state directory).
+    if policy.profile() == Profile::WorkspaceWrite {
+        crate::workspace::remember_written(state, ws).map_err(|e| format!("tether-exec: {e}"))?;
+    }
     // The `.env*` secrets the planning scan found: the check after the run
     // compares against them (one walk of the workspace, not two).
     Ok((plan, facts.env_secrets))

@@ -2499,6 +2499,49 @@ fn a_tool_directory_in_another_workspace_is_never_widened_to_that_workspace() {
 }
 
 #[test]
+fn a_policy_file_an_enclosing_workspace_can_rewrite_is_refused() {
+    // Runs in `proj/sub` pin their policy file read-only; runs in `proj`,
+    // under a policy of their own, do not, and rewrite it.
+    let (_secret, secret_dir) = host_secret_dir();
+    let w = World::new();
+    let sub = w.ws.join("sub");
+    let policy = w.write("sub/tether.toml", "version = 1\ndefault = \"allow\"\n");
+    let rewrite = format!(
+        "printf 'version = 1\\ndefault = \"allow\"\\nread_only_paths = [\"{}\"]\\n' | tee sub/tether.toml",
+        secret_dir.display()
+    );
+    let o = w.run(&rewrite);
+    assert!(o.status.success(), "{}", text(&o));
+    let read = format!("cat {}/secret.txt", secret_dir.display());
+    let in_sub = |policy: &Path| {
+        w.command(&[
+            "run",
+            "--workspace",
+            sub.to_str().unwrap(),
+            "--policy",
+            policy.to_str().unwrap(),
+            "-c",
+            &read,
+        ])
+        .output()
+        .unwrap()
+    };
+    let o = in_sub(&policy);
+    assert!(!stdout(&o).contains("TOPSECRET"), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(125), "{}", text(&o));
+    assert!(
+        text(&o).contains("a workspace where sandboxed commands have run"),
+        "{}",
+        text(&o)
+    );
+    // Control: the rewritten policy, kept elsewhere, shows the secret.
+    let copy = w.outside.join("copy.toml");
+    std::fs::copy(&policy, &copy).unwrap();
+    let c = in_sub(&copy);
+    assert!(stdout(&c).contains("TOPSECRET"), "control: {}", text(&c));
+}
+
+#[test]
 fn a_read_only_path_linked_in_another_workspace_is_refused() {
     let (_secret, secret_dir) = host_secret_dir();
     let w = World::new();

@@ -608,6 +608,29 @@ mod tests {
         );
     }
 
+    /// A file of the run's workspace that runs in an enclosing workspace can
+    /// rewrite is another's too.
+    #[test]
+    fn a_workspace_inside_a_recorded_one_is_written_by_the_enclosing_ones_runs() {
+        use crate::workspace::{WrittenBy, WrittenWorkspaces};
+        let d = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(d.path()).unwrap();
+        let (outer, state) = (base.join("proj"), base.join("state"));
+        let inner = outer.join("sub");
+        std::fs::create_dir_all(&inner).unwrap();
+        let written = WrittenWorkspaces::new(&inner, Some(&state));
+        let policy = inner.join("tether.toml");
+        assert_eq!(written.others_holding(&policy), None);
+        crate::workspace::remember_written(&state, &inner).unwrap();
+        assert_eq!(written.others_holding(&policy), None, "its own record");
+        crate::workspace::remember_written(&state, &outer).unwrap();
+        assert_eq!(written.holding(&policy), Some(WrittenBy::ThisWorkspace));
+        assert_eq!(
+            written.others_holding(&policy),
+            Some(WrittenBy::Workspace(outer.clone()))
+        );
+    }
+
     /// A generation written by a version before the record of workspaces
     /// names its workspace too.
     #[test]

@@ -500,44 +500,77 @@ impl<'a> WrittenWorkspaces<'a> {
     /// time: a link seen now was made by a run whose workspace was on record
     /// before that run's sandbox started.
     pub fn holding(&self, path: &Path) -> Option<WrittenBy> {
+        self.holding_in(path, true)
+    }
+
+    /// Where sandboxed commands other than this workspace's can write
+    /// `path`: [`holding`](Self::holding), except that in the run's own
+    /// workspace the walk goes on past it, to a recorded workspace that
+    /// holds it (a file of this workspace that runs in an enclosing one can
+    /// rewrite: this run's pins do not hold there). `None`: only this
+    /// workspace's runs, or none.
+    pub fn others_holding(&self, path: &Path) -> Option<WrittenBy> {
+        self.holding_in(path, false)
+            .filter(|by| *by != WrittenBy::ThisWorkspace)
+    }
+
+    fn holding_in(&self, path: &Path, stop_at_this_workspace: bool) -> Option<WrittenBy> {
         let Some(state_dir) = self.state_dir else {
             return path.starts_with(self.current).then_some(WrittenBy::ThisWorkspace);
         };
         if path.starts_with(state_dir) {
             return Some(WrittenBy::Captures(state_dir.to_path_buf()));
         }
+        // The names on record, read now (one directory listing each).
         let (written, generations) = (written_dir(state_dir), generations_dir(state_dir));
-        let recorded = |marker: PathBuf| match std::fs::symlink_metadata(&marker) {
-            Ok(_) => Ok(true),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
-            Err(_) => Err(marker.parent().map_or_else(|| marker.clone(), Path::to_path_buf)),
+        let markers = match (marker_names(&written), marker_names(&generations)) {
+            (Ok(w), Ok(g)) => (w, g),
+            (Err(dir), _) | (_, Err(dir)) => return Some(WrittenBy::Unrecorded(dir)),
         };
+        let (by_path_or_id, legacy) = &markers;
+        let any_id = by_path_or_id.iter().any(|n| n.as_bytes().starts_with(b"id-"));
+        let mut in_this_workspace = false;
         for dir in path.ancestors() {
             if dir == self.current {
-                return Some(WrittenBy::ThisWorkspace);
+                if stop_at_this_workspace {
+                    return Some(WrittenBy::ThisWorkspace);
+                }
+                in_this_workspace = true;
+                continue;
             }
             if dir.file_name() == Some(std::ffi::OsStr::new(overlay::BESIDE_WORKSPACE)) {
                 return Some(WrittenBy::Captures(dir.to_path_buf()));
             }
-            let by_id = match std::fs::symlink_metadata(dir) {
-                Ok(m) if m.is_dir() => Some(written.join(id_marker(m.dev(), m.ino()))),
-                _ => None,
+            let named = by_path_or_id.contains(std::ffi::OsStr::new(&path_marker(dir)))
+                || legacy.contains(std::ffi::OsStr::new(&workspace_id(dir)));
+            // By device and inode: one `lstat` an ancestor, once any is on
+            // record (`/` is never renamed).
+            let by_id = || {
+                any_id
+                    && dir != Path::new("/")
+                    && std::fs::symlink_metadata(dir).is_ok_and(|m| {
+                        m.is_dir() && by_path_or_id.contains(std::ffi::OsStr::new(&id_marker(m.dev(), m.ino())))
+                    })
             };
-            let markers = [
-                Some(written.join(path_marker(dir))),
-                by_id,
-                Some(generations.join(workspace_id(dir))),
-            ];
-            for marker in markers.into_iter().flatten() {
-                match recorded(marker) {
-                    Ok(true) => return Some(WrittenBy::Workspace(dir.to_path_buf())),
-                    Ok(false) => {}
-                    Err(unreadable) => return Some(WrittenBy::Unrecorded(unreadable)),
-                }
+            if named || by_id() {
+                return Some(WrittenBy::Workspace(dir.to_path_buf()));
             }
         }
-        None
+        in_this_workspace.then_some(WrittenBy::ThisWorkspace)
     }
+}
+
+/// The names in the record directory `dir` (none when it does not exist);
+/// `Err(dir)` when it cannot be listed.
+fn marker_names(dir: &Path) -> Result<std::collections::HashSet<std::ffi::OsString>, PathBuf> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Default::default()),
+        Err(_) => return Err(dir.to_path_buf()),
+    };
+    entries
+        .map(|e| e.map(|e| e.file_name()).map_err(|_| dir.to_path_buf()))
+        .collect()
 }
 
 /// Where a path leads when it is resolved as the kernel resolves it,
