@@ -604,8 +604,9 @@ mod tests {
         );
         assert_eq!(
             written.holding(&state.join("previews/x/upper/lib")),
-            Some(WrittenBy::Captures(state.clone()))
+            Some(WrittenBy::Captures(state.join("previews")))
         );
+        assert_eq!(written.holding(&state.join("policies/p.json")), None);
     }
 
     /// A file of the run's workspace that runs in an enclosing workspace can

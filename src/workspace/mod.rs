@@ -447,6 +447,10 @@ fn id_marker(dev: u64, ino: u64) -> String {
     format!("id-{dev}-{ino}")
 }
 
+/// The directories of the state directory that hold what sandboxed commands
+/// wrote (captures, previews, and links to previews being landed).
+const STATE_CAPTURE_DIRS: [&str; 4] = ["overlays", "previews", "spare-captures", "landings"];
+
 /// Where sandboxed commands can write between two runs, as far as one state
 /// directory knows: the run's own workspace, every workspace recorded by
 /// [`remember_written`] (or, by versions before that record, given a
@@ -518,8 +522,16 @@ impl<'a> WrittenWorkspaces<'a> {
         let Some(state_dir) = self.state_dir else {
             return path.starts_with(self.current).then_some(WrittenBy::ThisWorkspace);
         };
-        if path.starts_with(state_dir) {
-            return Some(WrittenBy::Captures(state_dir.to_path_buf()));
+        // The state directory's captures of sandboxed writes (its other
+        // files, policies a harness keeps there say, no sandbox reaches).
+        if let Some(std::path::Component::Normal(first)) = path
+            .strip_prefix(state_dir)
+            .ok()
+            .and_then(|rest| rest.components().next())
+        {
+            if STATE_CAPTURE_DIRS.iter().any(|d| first == std::ffi::OsStr::new(d)) {
+                return Some(WrittenBy::Captures(state_dir.join(first)));
+            }
         }
         // The names on record, read now (one directory listing each).
         let (written, generations) = (written_dir(state_dir), generations_dir(state_dir));
