@@ -49,6 +49,15 @@ pub struct Isolation {
     pub no_new_privs: bool,
     pub capabilities: &'static str,
     pub rlimits: Vec<(String, u64)>,
+    /// PATH entries not shown inside, and why (absent when none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub not_shown: Vec<NotShown>,
+}
+
+#[derive(Debug, Serialize, Clone)]
+pub struct NotShown {
+    pub path: String,
+    pub why: String,
 }
 
 #[derive(Debug, Serialize, Clone)]
@@ -123,6 +132,14 @@ impl Isolation {
                 .rlimits
                 .iter()
                 .map(|r| (format!("{:?}", r.resource), r.value))
+                .collect(),
+            not_shown: plan
+                .not_shown
+                .iter()
+                .map(|(path, why)| NotShown {
+                    path: path.clone(),
+                    why: why.clone(),
+                })
                 .collect(),
         }
     }

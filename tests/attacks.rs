@@ -2407,8 +2407,23 @@ fn a_tool_directory_on_path_linked_in_another_workspace_shows_nothing() {
     let (_other, other) = link_left_in_another_workspace(&w, ".venv/bin", &secret_dir);
     let path = format!("{}:/usr/bin:/bin", other.join(".venv/bin").display());
     let read = format!("cat {}/secret.txt", secret_dir.display());
-    let o = w.command(&["run", "-c", &read]).env("PATH", &path).output().unwrap();
+    let receipt = w.outside.join("receipt.json");
+    let o = w
+        .command(&["run", "--receipt", receipt.to_str().unwrap(), "-c", &read])
+        .env("PATH", &path)
+        .output()
+        .unwrap();
     assert!(!stdout(&o).contains("TOPSECRET"), "{}", text(&o));
+    // Not silently: the receipt says which entry was left out, and why.
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&receipt).unwrap()).unwrap();
+    let said = &r["isolation"]["not_shown"][0];
+    assert_eq!(said["path"], other.join(".venv/bin").display().to_string(), "{r}");
+    assert!(
+        said["why"]
+            .as_str()
+            .is_some_and(|w| w.contains("a workspace where sandboxed commands have run")),
+        "{r}"
+    );
     // Control: the same directory on PATH by its own name is shown (the
     // probe reads what a tool directory would show).
     let direct = format!("{}:/usr/bin:/bin", secret_dir.display());

@@ -91,6 +91,7 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state:
     // anywhere between two runs.
     let written = WrittenWorkspaces::new(workspace, Some(state));
     let mut extra_tool_dirs = Vec::new();
+    let mut tool_dirs_not_shown = Vec::new();
     if let Some((_, path)) = env.iter().find(|(k, _)| k == "PATH") {
         let mut seen: Vec<&str> = Vec::new();
         for entry in path.split(':') {
@@ -105,8 +106,23 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state:
             // puts one of its directories on PATH), nor in another where
             // sandboxed commands run: a run could point it at any directory
             // of the person's, for the next run to show.
-            let LinksOutside::Real(real) = resolve_links_outside(p, &written) else {
-                continue;
+            let real = match resolve_links_outside(p, &written) {
+                LinksOutside::Real(real) => real,
+                LinksOutside::LinkIn(link, by) => {
+                    tool_dirs_not_shown.push((
+                        entry.to_string(),
+                        format!(
+                            "reached through {}, a link in {by}, which sandboxed commands can point anywhere",
+                            link.display()
+                        ),
+                    ));
+                    continue;
+                }
+                LinksOutside::Loop => {
+                    tool_dirs_not_shown.push((entry.to_string(), "its links loop".to_string()));
+                    continue;
+                }
+                LinksOutside::Missing => continue,
             };
             if !real.is_dir() {
                 continue;
@@ -262,6 +278,7 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state:
         root_dirs,
         env,
         extra_tool_dirs,
+        tool_dirs_not_shown,
         venv_prefixes,
         secret_files: secrets.hidden,
         env_secrets: secrets.env,

@@ -279,6 +279,9 @@ pub struct Plan {
     /// reads the layout with them.
     #[serde(skip)]
     pub found_trees: Vec<PathBuf>,
+    /// PATH entries not shown, and why (see [`HostFacts::tool_dirs_not_shown`]).
+    #[serde(skip)]
+    pub not_shown: Vec<(String, String)>,
 }
 
 impl Mount {
@@ -340,6 +343,9 @@ pub struct HostFacts {
     pub env: Vec<(String, String)>,
     /// PATH entries that are directories outside the system tree (resolved).
     pub extra_tool_dirs: Vec<PathBuf>,
+    /// PATH entries not shown, and why (reached through a link where
+    /// sandboxed commands write): said in the receipt, not silently left out.
+    pub tool_dirs_not_shown: Vec<(String, String)>,
     /// Interpreter prefixes of workspace virtualenvs (`home =` in pyvenv.cfg).
     pub venv_prefixes: Vec<PathBuf>,
     /// Secret-looking files in the workspace, absolute.
@@ -1006,6 +1012,7 @@ pub fn build(
         workspace_identities,
         create_guard,
         found_trees: facts.found_trees.clone(),
+        not_shown: facts.tool_dirs_not_shown.clone(),
         argv,
         env,
         path,
