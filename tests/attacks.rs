@@ -2230,6 +2230,35 @@ fn a_read_only_path_holding_the_state_directory_does_not_show_it() {
 }
 
 #[test]
+fn links_on_the_way_to_a_read_only_path_lead_inside_where_they_lead_on_the_host() {
+    // A directory shown whole (as `/opt` is) holds the host's link `jdk` ->
+    // `jdks/current` -> `21`. Naming `opt/jdk` shows `jdks/21`; the host's
+    // link in `opt` leads through `jdks/current`, which must be there too.
+    let base = host_dir();
+    let b = std::fs::canonicalize(base.path()).unwrap();
+    let (opt, jdks) = (b.join("opt"), b.join("jdks"));
+    std::fs::create_dir_all(jdks.join("21/bin")).unwrap();
+    std::fs::create_dir_all(&opt).unwrap();
+    std::fs::write(jdks.join("21/bin/java"), "JAVA 21\n").unwrap();
+    std::os::unix::fs::symlink("21", jdks.join("current")).unwrap();
+    std::os::unix::fs::symlink(jdks.join("current"), opt.join("jdk")).unwrap();
+    let w = World::new();
+    let policy = format!("read_only_paths = [{:?}, {:?}]\n", opt, opt.join("jdk"));
+    let probe = format!(
+        "cat {o}/jdk/bin/java && readlink {j}/current && cat {j}/current/bin/java",
+        o = opt.display(),
+        j = jdks.display()
+    );
+    let o = w.run_policy(&policy, &probe);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(stdout(&o), "JAVA 21\n21\nJAVA 21\n", "{}", text(&o));
+    // And nothing through them is written.
+    let o = w.run_policy(&policy, &format!("echo x | tee {}/jdk/bin/new", opt.display()));
+    assert_ne!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(!exists(&jdks.join("21/bin/new")));
+}
+
+#[test]
 fn a_read_only_path_named_through_an_absolute_link_is_readable_and_stays_unwritten() {
     // Toolchains are often reached through a link (`/opt/sdk` -> its
     // versioned directory). An absolute link's target is resolved in the

@@ -270,6 +270,7 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state:
     } else {
         Default::default()
     };
+    let mut read_only_links = Vec::new();
     HostFacts {
         uid,
         gid,
@@ -331,8 +332,16 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state:
             .iter()
             .filter_map(|p| {
                 let named = PathBuf::from(p);
-                let real = match resolve_links_outside(&named, &written) {
-                    LinksOutside::Real(r) => r,
+                let mut followed = Vec::new();
+                let real = match crate::workspace::resolve_links_outside_tracing(&named, &written, &mut followed) {
+                    LinksOutside::Real(r) => {
+                        for link in followed {
+                            if !read_only_links.contains(&link) {
+                                read_only_links.push(link);
+                            }
+                        }
+                        r
+                    }
                     LinksOutside::Missing | LinksOutside::Loop => return Some((named, plan::ResolvedPath::Missing)),
                     LinksOutside::LinkIn(link, by) => {
                         return Some((named, plan::ResolvedPath::ThroughWorkspace { link, by }))
@@ -341,6 +350,7 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state:
                 (real != named).then_some((named, plan::ResolvedPath::Real(real)))
             })
             .collect(),
+        read_only_links,
         approver_key: crate::approval::approver_key_path_in(|| home.map(Path::to_path_buf))
             .and_then(|k| std::fs::canonicalize(k).ok())
             .filter(|k| k.is_file()),

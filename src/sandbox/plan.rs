@@ -414,6 +414,11 @@ pub struct HostFacts {
     /// resolved) differs from it, with that real path: the bind is made
     /// there, and the name links to it.
     pub read_only_reals: Vec<(PathBuf, ResolvedPath)>,
+    /// The links those resolutions followed, as (where, target as written):
+    /// made again inside where the host's are not shown, so that the paths
+    /// through them (`/opt/jdk` -> `/srv/jdks/current` -> `21`) lead where
+    /// they do on the host.
+    pub read_only_links: Vec<(PathBuf, PathBuf)>,
 }
 
 /// Where a path named through links really is.
@@ -740,6 +745,29 @@ pub fn build(
             mounts.push(Mount::Symlink {
                 target: real.clone(),
                 dst: named.clone(),
+            });
+        }
+    }
+    // The links on their way, where nothing shows the host's: a name that
+    // is shown already (in a bound directory) leads through them. Not where
+    // the sandbox has its own (`/tmp`, `/dev`, `/proc`), nor in the
+    // workspace or tether-exec's own directories.
+    for (at, target) in &facts.read_only_links {
+        let under = |p: &Path| at.starts_with(p);
+        let shown_there = shown.iter().any(|s| under(s))
+            || root_links.iter().any(|l| under(l))
+            || named_links.iter().any(|(named, _)| under(named))
+            || mounts
+                .iter()
+                .any(|m| m.paths().next().is_some_and(|p| under(p) || p.starts_with(at)));
+        let off_limits = sandbox_own_dir(at).is_some()
+            || under(workspace)
+            || under(state_dir)
+            || facts.launcher_dirs.iter().any(|d| under(d));
+        if !shown_there && !off_limits {
+            mounts.push(Mount::Symlink {
+                target: target.clone(),
+                dst: at.clone(),
             });
         }
     }
@@ -1146,6 +1174,44 @@ mod tests {
         }));
         assert!(
             !p.mounts.iter().any(|m| matches!(m, Mount::MaskFile { .. })),
+            "{:?}",
+            p.mounts
+        );
+    }
+
+    /// The host's link in a bound directory leads through the other links
+    /// the resolution followed: those are made again, except where a bound
+    /// directory or the name's own link shows them, or where the sandbox
+    /// has its own directory.
+    #[test]
+    fn links_followed_to_a_read_only_path_are_made_again_where_nothing_shows_them() {
+        let mut f = facts();
+        f.read_only_reals = vec![("/usr/local/jdk".into(), ResolvedPath::Real("/srv/jdks/21".into()))];
+        f.read_only_links = vec![
+            ("/usr/local/jdk".into(), "/srv/jdks/current".into()),
+            ("/srv/jdks/current".into(), "21".into()),
+            ("/tmp/cache".into(), "/srv/jdks".into()),
+        ];
+        let p = plan_in_w(&policy("read_only_paths = [\"/usr/local/jdk\"]"), &f).unwrap();
+        let links: Vec<_> = p
+            .mounts
+            .iter()
+            .filter_map(|m| match m {
+                Mount::Symlink { target, dst }
+                    if !dst.starts_with("/dev")
+                        && !facts()
+                            .root_symlinks
+                            .iter()
+                            .any(|(n, _)| Path::new("/").join(n) == *dst) =>
+                {
+                    Some((dst.clone(), target.clone()))
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            links,
+            vec![(PathBuf::from("/srv/jdks/current"), PathBuf::from("21"))],
             "{:?}",
             p.mounts
         );

@@ -607,6 +607,17 @@ pub enum LinksOutside {
 /// between two runs. Unlike a lexical comparison, a plain `ws/../x` does not
 /// count as passing through `ws`.
 pub fn resolve_links_outside(path: &Path, written: &WrittenWorkspaces) -> LinksOutside {
+    resolve_links_outside_tracing(path, written, &mut Vec::new())
+}
+
+/// [`resolve_links_outside`], adding each link followed to `followed` as
+/// (where it is, its target as written): a sandbox that shows only the real
+/// path can make the links on the way again.
+pub fn resolve_links_outside_tracing(
+    path: &Path,
+    written: &WrittenWorkspaces,
+    followed: &mut Vec<(PathBuf, PathBuf)>,
+) -> LinksOutside {
     use std::path::Component;
     // What is left to walk, last component first.
     let mut left: Vec<std::ffi::OsString> = Vec::new();
@@ -650,6 +661,7 @@ pub fn resolve_links_outside(path: &Path, written: &WrittenWorkspaces) -> LinksO
             at = PathBuf::from("/");
         }
         push(&mut left, &target);
+        followed.push((next, target));
     }
     LinksOutside::Real(at)
 }
