@@ -2259,6 +2259,29 @@ fn links_on_the_way_to_a_read_only_path_lead_inside_where_they_lead_on_the_host(
 }
 
 #[test]
+fn a_path_directory_named_through_a_version_link_finds_its_tools() {
+    // sdkman puts `candidates/java/current/bin` on PATH, `current` a link
+    // to the version in use: the directory shown is the version's, and the
+    // PATH entry leads there through the link.
+    let base = host_dir();
+    let b = std::fs::canonicalize(base.path()).unwrap();
+    let java = b.join("candidates/java");
+    std::fs::create_dir_all(java.join("21/bin")).unwrap();
+    std::fs::write(java.join("21/bin/javax"), "#!/bin/sh\necho javax 21\n").unwrap();
+    std::fs::set_permissions(
+        java.join("21/bin/javax"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink("21", java.join("current")).unwrap();
+    let w = World::new();
+    let path = format!("{}:/usr/bin:/bin", java.join("current/bin").display());
+    let o = w.command(&["run", "-c", "javax"]).env("PATH", &path).output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(stdout(&o), "javax 21\n", "{}", text(&o));
+}
+
+#[test]
 fn a_read_only_path_named_through_an_absolute_link_is_readable_and_stays_unwritten() {
     // Toolchains are often reached through a link (`/opt/sdk` -> its
     // versioned directory). An absolute link's target is resolved in the

@@ -92,6 +92,7 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state:
     let written = WrittenWorkspaces::new(workspace, Some(state));
     let mut extra_tool_dirs = Vec::new();
     let mut tool_dirs_not_shown = Vec::new();
+    let mut followed_links = Vec::new();
     if let Some((_, path)) = env.iter().find(|(k, _)| k == "PATH") {
         let mut seen: Vec<&str> = Vec::new();
         for entry in path.split(':') {
@@ -106,8 +107,16 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state:
             // puts one of its directories on PATH), nor in another where
             // sandboxed commands run: a run could point it at any directory
             // of the person's, for the next run to show.
-            let real = match resolve_links_outside(p, &written) {
-                LinksOutside::Real(real) => real,
+            let mut followed = Vec::new();
+            let real = match crate::workspace::resolve_links_outside_tracing(p, &written, &mut followed) {
+                LinksOutside::Real(real) => {
+                    for link in followed {
+                        if !followed_links.contains(&link) {
+                            followed_links.push(link);
+                        }
+                    }
+                    real
+                }
                 LinksOutside::LinkIn(link, by) => {
                     tool_dirs_not_shown.push((
                         entry.to_string(),
@@ -119,7 +128,10 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state:
                     continue;
                 }
                 LinksOutside::Loop => {
-                    tool_dirs_not_shown.push((entry.to_string(), "its links loop".to_string()));
+                    tool_dirs_not_shown.push((
+                        entry.to_string(),
+                        "its links loop, or nest deeper than the kernel follows".to_string(),
+                    ));
                     continue;
                 }
                 LinksOutside::Missing => continue,
@@ -270,7 +282,6 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state:
     } else {
         Default::default()
     };
-    let mut read_only_links = Vec::new();
     HostFacts {
         uid,
         gid,
@@ -336,8 +347,8 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state:
                 let real = match crate::workspace::resolve_links_outside_tracing(&named, &written, &mut followed) {
                     LinksOutside::Real(r) => {
                         for link in followed {
-                            if !read_only_links.contains(&link) {
-                                read_only_links.push(link);
+                            if !followed_links.contains(&link) {
+                                followed_links.push(link);
                             }
                         }
                         r
@@ -350,7 +361,7 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state:
                 (real != named).then_some((named, plan::ResolvedPath::Real(real)))
             })
             .collect(),
-        read_only_links,
+        followed_links,
         approver_key: crate::approval::approver_key_path_in(|| home.map(Path::to_path_buf))
             .and_then(|k| std::fs::canonicalize(k).ok())
             .filter(|k| k.is_file()),

@@ -414,11 +414,12 @@ pub struct HostFacts {
     /// resolved) differs from it, with that real path: the bind is made
     /// there, and the name links to it.
     pub read_only_reals: Vec<(PathBuf, ResolvedPath)>,
-    /// The links those resolutions followed, as (where, target as written):
-    /// made again inside where the host's are not shown, so that the paths
-    /// through them (`/opt/jdk` -> `/srv/jdks/current` -> `21`) lead where
-    /// they do on the host.
-    pub read_only_links: Vec<(PathBuf, PathBuf)>,
+    /// The links followed to resolve those and the PATH directories, as
+    /// (where, target as written): made again inside where the host's are
+    /// not shown, so that the paths through them (`/opt/jdk` ->
+    /// `/srv/jdks/current` -> `21`, sdkman's `candidates/java/current`) lead
+    /// where they do on the host.
+    pub followed_links: Vec<(PathBuf, PathBuf)>,
 }
 
 /// Where a path named through links really is.
@@ -466,6 +467,22 @@ fn shows(shown: &[PathBuf], target: &Path) -> bool {
 
 /// The sandbox's own directory (`/tmp`, `/dev`, `/proc`) that would cover
 /// a host path bound at `p`.
+/// `p` (absolute) with `.` and `..` taken away as written, the way the
+/// kernel takes them in a directory that holds no link.
+fn lexically(p: &Path) -> PathBuf {
+    let mut out = PathBuf::from("/");
+    for c in p.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::Normal(n) => out.push(n),
+            _ => {}
+        }
+    }
+    out
+}
+
 fn sandbox_own_dir(p: &Path) -> Option<&'static str> {
     ["/tmp", "/dev", "/proc"].into_iter().find(|d| p.starts_with(d))
 }
@@ -752,7 +769,8 @@ pub fn build(
     // is shown already (in a bound directory) leads through them. Not where
     // the sandbox has its own (`/tmp`, `/dev`, `/proc`), nor in the
     // workspace or tether-exec's own directories.
-    for (at, target) in &facts.read_only_links {
+    let mut made: Vec<&Path> = Vec::new();
+    for (at, target) in &facts.followed_links {
         let under = |p: &Path| at.starts_with(p);
         let shown_there = shown.iter().any(|s| under(s))
             || root_links.iter().any(|l| under(l))
@@ -760,11 +778,19 @@ pub fn build(
             || mounts
                 .iter()
                 .any(|m| m.paths().next().is_some_and(|p| under(p) || p.starts_with(at)));
+        // Nor one leading into the sandbox's own directories, where the
+        // command's files would stand in for the host's.
+        let leads_into_own = at
+            .parent()
+            .is_some_and(|dir| sandbox_own_dir(&lexically(&dir.join(target))).is_some());
         let off_limits = sandbox_own_dir(at).is_some()
+            || leads_into_own
             || under(workspace)
             || under(state_dir)
             || facts.launcher_dirs.iter().any(|d| under(d));
-        if !shown_there && !off_limits {
+        // One link a place: the host's changed between two lookups.
+        if !shown_there && !off_limits && !made.contains(&at.as_path()) {
+            made.push(at);
             mounts.push(Mount::Symlink {
                 target: target.clone(),
                 dst: at.clone(),
@@ -1187,10 +1213,14 @@ mod tests {
     fn links_followed_to_a_read_only_path_are_made_again_where_nothing_shows_them() {
         let mut f = facts();
         f.read_only_reals = vec![("/usr/local/jdk".into(), ResolvedPath::Real("/srv/jdks/21".into()))];
-        f.read_only_links = vec![
+        f.followed_links = vec![
             ("/usr/local/jdk".into(), "/srv/jdks/current".into()),
             ("/srv/jdks/current".into(), "21".into()),
             ("/tmp/cache".into(), "/srv/jdks".into()),
+            // Into the sandbox's own /tmp, where the command's files would stand in.
+            ("/srv/a".into(), "../tmp/x".into()),
+            // The host's link changed between two lookups: one link a place.
+            ("/srv/jdks/current".into(), "22".into()),
         ];
         let p = plan_in_w(&policy("read_only_paths = [\"/usr/local/jdk\"]"), &f).unwrap();
         let links: Vec<_> = p

@@ -483,7 +483,7 @@ impl std::fmt::Display for WrittenBy {
             WrittenBy::Captures(p) => write!(f, "{}, where tether-exec keeps what sandboxed commands wrote", p.display()),
             WrittenBy::Unrecorded(d) => write!(
                 f,
-                "a directory that may be a workspace of sandboxed commands: their record, {}, cannot be read (it is tether-exec's own; make it readable to this user again)",
+                "a directory that may be a workspace of sandboxed commands, since their record {} cannot be read (make that directory of tether-exec's readable to this user again)",
                 d.display()
             ),
         }
