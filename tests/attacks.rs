@@ -2484,41 +2484,6 @@ fn a_tool_directory_on_path_linked_in_another_workspace_shows_nothing() {
 }
 
 #[test]
-fn a_policy_file_in_another_workspace_is_refused() {
-    // Runs in this workspace name a policy kept in another project, where a
-    // run (under a policy of its own) rewrites it to show a directory of the
-    // person's.
-    let (_secret, secret_dir) = host_secret_dir();
-    let w = World::new();
-    let (_other, other) = link_left_in_another_workspace(&w, "vendor/sdk", &secret_dir);
-    let policy = other.join("tether.toml");
-    std::fs::write(&policy, "version = 1\ndefault = \"allow\"\n").unwrap();
-    let rewrite = format!(
-        "printf 'version = 1\\ndefault = \"allow\"\\nread_only_paths = [\"{}\"]\\n' | tee tether.toml",
-        secret_dir.display()
-    );
-    let o = w
-        .command(&["run", "--workspace", other.to_str().unwrap(), "-c", &rewrite])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", text(&o));
-    let read = format!("cat {}/secret.txt", secret_dir.display());
-    let o = w.run_with(&["--policy", policy.to_str().unwrap()], &read);
-    assert!(!stdout(&o).contains("TOPSECRET"), "{}", text(&o));
-    assert_eq!(o.status.code(), Some(125), "{}", text(&o));
-    assert!(
-        text(&o).contains("a workspace where sandboxed commands have run"),
-        "{}",
-        text(&o)
-    );
-    // Control: the rewritten policy, kept elsewhere, shows the secret.
-    let copy = w.outside.join("copy.toml");
-    std::fs::copy(&policy, &copy).unwrap();
-    let c = w.run_with(&["--policy", copy.to_str().unwrap()], &read);
-    assert!(stdout(&c).contains("TOPSECRET"), "control: {}", text(&c));
-}
-
-#[test]
 fn a_tool_directory_in_another_workspace_is_never_widened_to_that_workspace() {
     // `~/B/bin` on PATH (direnv's `PATH_add bin`) while the agent works in
     // A. An interpreter's `bin` is shown with its prefix when a `lib` is
@@ -2565,26 +2530,31 @@ fn a_tool_directory_in_another_workspace_is_never_widened_to_that_workspace() {
     assert!(stdout(&c).contains("TOPSECRET"), "control: {}", text(&c));
 }
 
-#[test]
-fn a_policy_file_an_enclosing_workspace_can_rewrite_is_refused() {
-    // Runs in `proj/sub` pin their policy file read-only; runs in `proj`,
-    // under a policy of their own, do not, and rewrite it.
+/// A policy file at `rel` in `workspace` (`w`'s, or another with its state
+/// directory), rewritten by a run there (under a policy of its own) to show
+/// a directory of the person's: runs in `run_in` that name it are refused,
+/// and the secret stays unread. Control: the rewritten policy, kept
+/// elsewhere, shows it.
+fn policy_rewritten_by_a_run_in(w: &World, workspace: &Path, rel: &str, run_in: &Path) {
     let (_secret, secret_dir) = host_secret_dir();
-    let w = World::new();
-    let sub = w.ws.join("sub");
-    let policy = w.write("sub/tether.toml", "version = 1\ndefault = \"allow\"\n");
+    let policy = workspace.join(rel);
+    std::fs::create_dir_all(policy.parent().unwrap()).unwrap();
+    std::fs::write(&policy, "version = 1\ndefault = \"allow\"\n").unwrap();
     let rewrite = format!(
-        "printf 'version = 1\\ndefault = \"allow\"\\nread_only_paths = [\"{}\"]\\n' | tee sub/tether.toml",
+        "printf 'version = 1\\ndefault = \"allow\"\\nread_only_paths = [\"{}\"]\\n' | tee {rel}",
         secret_dir.display()
     );
-    let o = w.run(&rewrite);
+    let o = w
+        .command(&["run", "--workspace", workspace.to_str().unwrap(), "-c", &rewrite])
+        .output()
+        .unwrap();
     assert!(o.status.success(), "{}", text(&o));
     let read = format!("cat {}/secret.txt", secret_dir.display());
-    let in_sub = |policy: &Path| {
+    let named = |policy: &Path| {
         w.command(&[
             "run",
             "--workspace",
-            sub.to_str().unwrap(),
+            run_in.to_str().unwrap(),
             "--policy",
             policy.to_str().unwrap(),
             "-c",
@@ -2593,7 +2563,7 @@ fn a_policy_file_an_enclosing_workspace_can_rewrite_is_refused() {
         .output()
         .unwrap()
     };
-    let o = in_sub(&policy);
+    let o = named(&policy);
     assert!(!stdout(&o).contains("TOPSECRET"), "{}", text(&o));
     assert_eq!(o.status.code(), Some(125), "{}", text(&o));
     assert!(
@@ -2601,11 +2571,27 @@ fn a_policy_file_an_enclosing_workspace_can_rewrite_is_refused() {
         "{}",
         text(&o)
     );
-    // Control: the rewritten policy, kept elsewhere, shows the secret.
     let copy = w.outside.join("copy.toml");
     std::fs::copy(&policy, &copy).unwrap();
-    let c = in_sub(&copy);
+    let c = named(&copy);
     assert!(stdout(&c).contains("TOPSECRET"), "control: {}", text(&c));
+}
+
+#[test]
+fn a_policy_file_in_another_workspace_is_refused() {
+    // Runs in this workspace name a policy kept in another project.
+    let w = World::new();
+    let dir = host_dir();
+    let other = std::fs::canonicalize(dir.path()).unwrap();
+    policy_rewritten_by_a_run_in(&w, &other, "tether.toml", &w.ws);
+}
+
+#[test]
+fn a_policy_file_an_enclosing_workspace_can_rewrite_is_refused() {
+    // Runs in `proj/sub` pin their policy file read-only; runs in `proj`
+    // do not.
+    let w = World::new();
+    policy_rewritten_by_a_run_in(&w, &w.ws, "sub/tether.toml", &w.ws.join("sub"));
 }
 
 #[test]
