@@ -93,6 +93,8 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state:
     let mut extra_tool_dirs = Vec::new();
     let mut tool_dirs_not_shown = Vec::new();
     let mut followed_links = Vec::new();
+    // Each PATH directory (real), and the prefix it would be widened to.
+    let mut tool_dirs: Vec<(PathBuf, Option<PathBuf>)> = Vec::new();
     if let Some((_, path)) = env.iter().find(|(k, _)| k == "PATH") {
         let mut seen: Vec<&str> = Vec::new();
         for entry in path.split(':') {
@@ -139,14 +141,25 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state:
             if !real.is_dir() {
                 continue;
             }
-            // Widened to its prefix only where no sandboxed command writes,
-            // nor holds this workspace (`~/work/bin` while in `~/work/proj`).
-            let real = tool_root(&real, home, |wide| {
-                workspace.starts_with(wide) || written.holding(wide).is_some()
-            });
-            if !system(&real) && !real.starts_with(workspace) && !extra_tool_dirs.contains(&real) {
-                extra_tool_dirs.push(real);
-            }
+            let wider = wider_tool_root(&real, home);
+            tool_dirs.push((real, wider));
+        }
+    }
+    // Widened to its prefix only where no sandboxed command writes, nor
+    // holds this workspace (`~/work/bin` while in `~/work/proj`). The record
+    // is read once, after every `lib` that widens was seen: a run that made
+    // one was on record before it started.
+    let listing = tool_dirs
+        .iter()
+        .any(|(_, wider)| wider.is_some())
+        .then(|| written.listing());
+    for (real, wider) in tool_dirs {
+        let real = match (wider, &listing) {
+            (Some(w), Some(l)) if !workspace.starts_with(&w) && written.holding_in(l, &w).is_none() => w,
+            _ => real,
+        };
+        if !system(&real) && !real.starts_with(workspace) && !extra_tool_dirs.contains(&real) {
+            extra_tool_dirs.push(real);
         }
     }
     // As root, the sandbox acts as the workspace's owner (see `plan`): a tool
@@ -485,29 +498,23 @@ fn without_nested(dirs: Vec<PathBuf>) -> Vec<PathBuf> {
         .collect()
 }
 
-/// What to expose for a PATH directory: version-manager shims need their
-/// manager's root (`~/.pyenv/shims` → `~/.pyenv`), an interpreter's `bin`
-/// needs its prefix (`.../3.12/bin` → `.../3.12`, which has `lib/`). Never the
+/// The prefix to show for a PATH directory instead of it, if any:
+/// version-manager shims need their manager's root (`~/.pyenv/shims` →
+/// `~/.pyenv`), an interpreter's `bin` needs its prefix (`.../3.12/bin` →
+/// `.../3.12`, which has a `lib/` directory of its own, not a link). Never the
 /// home itself or `~/.local` (which holds the state directory by default).
-/// `keep_narrow`: a prefix that must not be shown whole (one where sandboxed
-/// commands write: a run could add the `lib` that widens it).
-fn tool_root(dir: &Path, home: Option<&Path>, keep_narrow: impl Fn(&Path) -> bool) -> PathBuf {
-    let Some(parent) = dir.parent() else {
-        return dir.to_path_buf();
-    };
+/// The caller still refuses a prefix where sandboxed commands write (a run
+/// could add the `lib` that widens it).
+fn wider_tool_root(dir: &Path, home: Option<&Path>) -> Option<PathBuf> {
+    let parent = dir.parent()?;
     let too_wide =
         Some(parent) == home || parent.file_name().is_some_and(|n| n == ".local") || parent == Path::new("/");
     if too_wide {
-        return dir.to_path_buf();
+        return None;
     }
     let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or("");
-    // `lib` a directory of its own, not a link.
-    let has_lib = std::fs::symlink_metadata(parent.join("lib")).is_ok_and(|m| m.is_dir());
-    if (name == "shims" || (name == "bin" && has_lib)) && !keep_narrow(parent) {
-        parent.to_path_buf()
-    } else {
-        dir.to_path_buf()
-    }
+    let has_lib = || std::fs::symlink_metadata(parent.join("lib")).is_ok_and(|m| m.is_dir());
+    (name == "shims" || (name == "bin" && has_lib())).then(|| parent.to_path_buf())
 }
 
 /// Existing protected paths of the workspace, protected by a mount: `.tether`

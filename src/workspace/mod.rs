@@ -461,6 +461,13 @@ pub struct WrittenWorkspaces<'a> {
     state_dir: Option<&'a Path>,
 }
 
+/// The names in the record of written workspaces at one moment (see
+/// [`WrittenWorkspaces::listing`]); `Err`: a directory of it that cannot be
+/// listed. `None` without a state directory.
+pub struct Listing(Option<Result<(MarkerNames, MarkerNames), PathBuf>>);
+
+type MarkerNames = std::collections::HashSet<std::ffi::OsString>;
+
 /// Which writable directory a link lies in.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WrittenBy {
@@ -504,7 +511,26 @@ impl<'a> WrittenWorkspaces<'a> {
     /// time: a link seen now was made by a run whose workspace was on record
     /// before that run's sandbox started.
     pub fn holding(&self, path: &Path) -> Option<WrittenBy> {
-        self.holding_in(path, true)
+        self.holding_by(&self.listing(), path, true)
+    }
+
+    /// The record as it is now, for several questions at once: read it
+    /// after whatever was seen that it must answer for (a link, a `lib`).
+    pub fn listing(&self) -> Listing {
+        Listing(self.state_dir.map(|state_dir| {
+            match (
+                marker_names(&written_dir(state_dir)),
+                marker_names(&generations_dir(state_dir)),
+            ) {
+                (Ok(w), Ok(g)) => Ok((w, g)),
+                (Err(dir), _) | (_, Err(dir)) => Err(dir),
+            }
+        }))
+    }
+
+    /// [`holding`](Self::holding), by a listing read already.
+    pub fn holding_in(&self, listing: &Listing, path: &Path) -> Option<WrittenBy> {
+        self.holding_by(listing, path, true)
     }
 
     /// Where sandboxed commands other than this workspace's can write
@@ -514,12 +540,12 @@ impl<'a> WrittenWorkspaces<'a> {
     /// rewrite: this run's pins do not hold there). `None`: only this
     /// workspace's runs, or none.
     pub fn others_holding(&self, path: &Path) -> Option<WrittenBy> {
-        self.holding_in(path, false)
+        self.holding_by(&self.listing(), path, false)
             .filter(|by| *by != WrittenBy::ThisWorkspace)
     }
 
-    fn holding_in(&self, path: &Path, stop_at_this_workspace: bool) -> Option<WrittenBy> {
-        let Some(state_dir) = self.state_dir else {
+    fn holding_by(&self, listing: &Listing, path: &Path, stop_at_this_workspace: bool) -> Option<WrittenBy> {
+        let (Some(state_dir), Some(markers)) = (self.state_dir, &listing.0) else {
             return path.starts_with(self.current).then_some(WrittenBy::ThisWorkspace);
         };
         // The state directory's captures of sandboxed writes (its other
@@ -533,13 +559,10 @@ impl<'a> WrittenWorkspaces<'a> {
                 return Some(WrittenBy::Captures(state_dir.join(first)));
             }
         }
-        // The names on record, read now (one directory listing each).
-        let (written, generations) = (written_dir(state_dir), generations_dir(state_dir));
-        let markers = match (marker_names(&written), marker_names(&generations)) {
-            (Ok(w), Ok(g)) => (w, g),
-            (Err(dir), _) | (_, Err(dir)) => return Some(WrittenBy::Unrecorded(dir)),
+        let (by_path_or_id, legacy) = match markers {
+            Ok(m) => m,
+            Err(dir) => return Some(WrittenBy::Unrecorded(dir.clone())),
         };
-        let (by_path_or_id, legacy) = &markers;
         let any_id = by_path_or_id.iter().any(|n| n.as_bytes().starts_with(b"id-"));
         let mut in_this_workspace = false;
         for dir in path.ancestors() {
@@ -574,7 +597,7 @@ impl<'a> WrittenWorkspaces<'a> {
 
 /// The names in the record directory `dir` (none when it does not exist);
 /// `Err(dir)` when it cannot be listed.
-fn marker_names(dir: &Path) -> Result<std::collections::HashSet<std::ffi::OsString>, PathBuf> {
+fn marker_names(dir: &Path) -> Result<MarkerNames, PathBuf> {
     let entries = match std::fs::read_dir(dir) {
         Ok(rd) => rd,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Default::default()),
