@@ -249,7 +249,7 @@ pub fn run(req: &Request, stdin_is_tty: bool) -> Finished {
             )
         }
     };
-    if let Some(why) = policy_through_a_workspace_link(req, &policy.files) {
+    if let Some(why) = policy_others_can_change(req, &policy.files) {
         return Finished::new(exit::INTERNAL, Receipt::new(String::new()), why);
     }
     let ctx = Context::new(&req.workspace, &req.cwd);
@@ -413,8 +413,8 @@ fn refused_for_protected_paths(
 /// run's own workspace are pinned read-only inside), or one named through a
 /// symlink where they write (a link cannot be pinned). `loaded`: the files
 /// as `load_policy` resolved them, in the order named.
-fn policy_through_a_workspace_link(req: &Request, loaded: &[PathBuf]) -> Option<String> {
-    use crate::workspace::{LinksOutside, WrittenBy, WrittenWorkspaces};
+fn policy_others_can_change(req: &Request, loaded: &[PathBuf]) -> Option<String> {
+    use crate::workspace::{LinksOutside, WrittenWorkspaces};
     let written = WrittenWorkspaces::new(&req.workspace, Some(&req.state_dir));
     req.policies.iter().zip(loaded).find_map(|(f, real)| {
         let named = std::path::absolute(f).ok()?;
@@ -428,7 +428,7 @@ fn policy_through_a_workspace_link(req: &Request, loaded: &[PathBuf]) -> Option<
             ),
             LinksOutside::Loop => "is reached through more symlinks than the kernel follows".to_string(),
             LinksOutside::Real(r) => match written.others_holding(&r) {
-                None | Some(WrittenBy::ThisWorkspace) => return None,
+                None => return None,
                 Some(by) => format!("lies in {by}, where a sandboxed command could rewrite it"),
             },
             LinksOutside::Missing => return None,

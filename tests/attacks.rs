@@ -2578,6 +2578,38 @@ fn policy_rewritten_by_a_run_in(w: &World, workspace: &Path, rel: &str, run_in: 
 }
 
 #[test]
+fn a_tool_prefix_holding_another_workspace_is_never_shown_whole() {
+    // `~/work/bin` on PATH, `~/work/lib` beside it, and projects in
+    // `~/work` where agents run: a run in a workspace elsewhere must not see
+    // those projects (their `.env`, what their runs wrote).
+    let w = World::new();
+    let dir = host_dir();
+    let work = std::fs::canonicalize(dir.path()).unwrap();
+    std::fs::create_dir_all(work.join("bin")).unwrap();
+    std::fs::create_dir_all(work.join("lib")).unwrap();
+    std::fs::create_dir_all(work.join("projB")).unwrap();
+    std::fs::write(work.join("projB/.env"), "TOKEN=TOPSECRET\n").unwrap();
+    let o = w
+        .command(&["run", "--workspace", work.join("projB").to_str().unwrap(), "-c", "true"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let path = format!("{}:/usr/bin:/bin", work.join("bin").display());
+    let probe = format!("cat {}/projB/.env", work.display());
+    let o = w.command(&["run", "-c", &probe]).env("PATH", &path).output().unwrap();
+    assert!(!stdout(&o).contains("TOPSECRET"), "{}", text(&o));
+    // Control: before any agent ran there, the prefix is shown whole (the
+    // probe reads what widening would show).
+    let fresh = World::new();
+    let c = fresh
+        .command(&["run", "-c", &probe])
+        .env("PATH", &path)
+        .output()
+        .unwrap();
+    assert!(stdout(&c).contains("TOPSECRET"), "control: {}", text(&c));
+}
+
+#[test]
 fn a_policy_file_in_another_workspace_is_refused() {
     // Runs in this workspace name a policy kept in another project.
     let w = World::new();

@@ -111,14 +111,7 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state:
             // of the person's, for the next run to show.
             let mut followed = Vec::new();
             let real = match crate::workspace::resolve_links_outside_tracing(p, &written, &mut followed) {
-                LinksOutside::Real(real) => {
-                    for link in followed {
-                        if !followed_links.contains(&link) {
-                            followed_links.push(link);
-                        }
-                    }
-                    real
-                }
+                LinksOutside::Real(real) => real,
                 LinksOutside::LinkIn(link, by) => {
                     tool_dirs_not_shown.push((
                         entry.to_string(),
@@ -141,6 +134,7 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state:
             if !real.is_dir() {
                 continue;
             }
+            add_links(&mut followed_links, followed);
             let wider = wider_tool_root(&real, home);
             tool_dirs.push((real, wider));
         }
@@ -152,10 +146,10 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state:
     let listing = tool_dirs
         .iter()
         .any(|(_, wider)| wider.is_some())
-        .then(|| written.listing());
+        .then(|| written.listing_with_paths());
     for (real, wider) in tool_dirs {
         let real = match (wider, &listing) {
-            (Some(w), Some(l)) if !workspace.starts_with(&w) && written.holding_in(l, &w).is_none() => w,
+            (Some(w), Some(l)) if !workspace.starts_with(&w) && !written.holds_written_below(l, &w) => w,
             _ => real,
         };
         if !system(&real) && !real.starts_with(workspace) && !extra_tool_dirs.contains(&real) {
@@ -359,11 +353,7 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state:
                 let mut followed = Vec::new();
                 let real = match crate::workspace::resolve_links_outside_tracing(&named, &written, &mut followed) {
                     LinksOutside::Real(r) => {
-                        for link in followed {
-                            if !followed_links.contains(&link) {
-                                followed_links.push(link);
-                            }
-                        }
+                        add_links(&mut followed_links, followed);
                         r
                     }
                     LinksOutside::Missing | LinksOutside::Loop => return Some((named, plan::ResolvedPath::Missing)),
@@ -496,6 +486,15 @@ fn without_nested(dirs: Vec<PathBuf>) -> Vec<PathBuf> {
         .filter(|d| !dirs.iter().any(|o| o != *d && d.starts_with(o)))
         .cloned()
         .collect()
+}
+
+/// Adds the links one resolution followed to `all`, each once.
+fn add_links(all: &mut Vec<(PathBuf, PathBuf)>, followed: Vec<(PathBuf, PathBuf)>) {
+    for link in followed {
+        if !all.contains(&link) {
+            all.push(link);
+        }
+    }
 }
 
 /// The prefix to show for a PATH directory instead of it, if any:

@@ -344,7 +344,8 @@ pub struct HostFacts {
     /// PATH entries that are directories outside the system tree (resolved).
     pub extra_tool_dirs: Vec<PathBuf>,
     /// PATH entries not shown, and why (reached through a link where
-    /// sandboxed commands write): said in the receipt, not silently left out.
+    /// sandboxed commands write, or links that loop): said in the receipt,
+    /// not silently left out.
     pub tool_dirs_not_shown: Vec<(String, String)>,
     /// Interpreter prefixes of workspace virtualenvs (`home =` in pyvenv.cfg).
     pub venv_prefixes: Vec<PathBuf>,
@@ -465,8 +466,6 @@ fn shows(shown: &[PathBuf], target: &Path) -> bool {
     shown.iter().any(|p| target.starts_with(p))
 }
 
-/// The sandbox's own directory (`/tmp`, `/dev`, `/proc`) that would cover
-/// a host path bound at `p`.
 /// `p` (absolute) with `.` and `..` taken away as written, the way the
 /// kernel takes them in a directory that holds no link.
 fn lexically(p: &Path) -> PathBuf {
@@ -483,6 +482,8 @@ fn lexically(p: &Path) -> PathBuf {
     out
 }
 
+/// The sandbox's own directory (`/tmp`, `/dev`, `/proc`) that would cover
+/// a host path bound at `p`.
 fn sandbox_own_dir(p: &Path) -> Option<&'static str> {
     ["/tmp", "/dev", "/proc"].into_iter().find(|d| p.starts_with(d))
 }

@@ -393,16 +393,18 @@ fn written_dir(state_dir: &Path) -> PathBuf {
 }
 
 /// Record, before a writable sandbox starts, that sandboxed commands write in
-/// `workspace`: two empty-named markers in `<state_dir>/workspaces`, one by
-/// its path (`path-<digest>`, which survives a reboot that renumbers a
-/// filesystem's device) and one by its device and inode numbers
-/// (`id-<dev>-<ino>`, which follow it when it is renamed or moved, and show
-/// through another mount of it); each holds the path, for people. A run
-/// there can leave a link pointing anywhere of the person's; a later run in
-/// another workspace whose `PATH` or `read_only_paths` passes through it must
-/// not follow it (see [`WrittenWorkspaces`]). Written once per workspace,
-/// synced (a record lost in a crash would leave its links trusted); a
-/// `stat` and two `lstat`s a run after that.
+/// `workspace`: two markers in `<state_dir>/workspaces`, one by its path
+/// (`path-<digest>`, which survives a reboot that renumbers a filesystem's
+/// device) and one by its device and inode numbers (`id-<dev>-<ino>`, which
+/// follow it when it is renamed or moved, and show through another mount of
+/// it), each holding the path, for people; and the path appended to
+/// `paths` (NUL-ended), the list a check for workspaces *below* a directory
+/// reads. A run there can leave a link pointing anywhere of the person's; a
+/// later run in another workspace whose `PATH` or `read_only_paths` passes
+/// through it must not follow it (see [`WrittenWorkspaces`]). Written once
+/// per workspace, synced, with the directories that name it (a record lost
+/// in a crash would leave its links trusted); a `stat` and two `lstat`s a run
+/// after that.
 pub fn remember_written(state_dir: &Path, workspace: &Path) -> Result<(), WorkspaceError> {
     use std::io::Write;
     let dir = written_dir(state_dir);
@@ -417,7 +419,27 @@ pub fn remember_written(state_dir: &Path, workspace: &Path) -> Result<(), Worksp
         if std::fs::symlink_metadata(&path).is_ok() {
             continue;
         }
-        std::fs::create_dir_all(&dir).map_err(|e| err(&dir, e))?;
+        if !dir.is_dir() {
+            std::fs::create_dir_all(&dir).map_err(|e| err(&dir, e))?;
+            // The record's directory is a new name in the state directory.
+            std::fs::File::open(state_dir)
+                .and_then(|d| d.sync_all())
+                .map_err(|e| err(state_dir, e))?;
+        }
+        if name.starts_with("path-") {
+            let list = dir.join(PATHS_LIST);
+            let mut line = workspace.as_os_str().as_bytes().to_vec();
+            line.push(0);
+            std::fs::OpenOptions::new()
+                .append(true)
+                .create(true)
+                .open(&list)
+                .and_then(|mut f| {
+                    f.write_all(&line)?;
+                    f.sync_all()
+                })
+                .map_err(|e| err(&list, e))?;
+        }
         // Whole or not at all: written aside, synced, renamed into place.
         let aside = dir.join(format!(".{name}-{}", std::process::id()));
         let written = std::fs::File::create(&aside).and_then(|mut f| {
@@ -438,6 +460,9 @@ pub fn remember_written(state_dir: &Path, workspace: &Path) -> Result<(), Worksp
     }
     Ok(())
 }
+
+/// In the record's directory: every recorded path, each ended by a NUL.
+const PATHS_LIST: &str = "paths";
 
 fn path_marker(workspace: &Path) -> String {
     format!("path-{}", workspace_id(workspace))
@@ -464,7 +489,7 @@ pub struct WrittenWorkspaces<'a> {
 /// The names in the record of written workspaces at one moment (see
 /// [`WrittenWorkspaces::listing`]); `Err`: a directory of it that cannot be
 /// listed. `None` without a state directory.
-pub struct Listing(Option<Result<(MarkerNames, MarkerNames), PathBuf>>);
+pub struct Listing(Option<Result<(MarkerNames, MarkerNames), PathBuf>>, Vec<PathBuf>);
 
 type MarkerNames = std::collections::HashSet<std::ffi::OsString>;
 
@@ -505,11 +530,12 @@ impl<'a> WrittenWorkspaces<'a> {
     }
 
     /// The writable directory `path` (whose directories hold no link: the
-    /// link being resolved, or a real path) lies in, if any: the nearest
-    /// recorded workspace on its way, by path or by device and inode, or a
-    /// capture directory, else the run's own workspace. Asked afresh each
-    /// time: a link seen now was made by a run whose workspace was on record
-    /// before that run's sandbox started.
+    /// link being resolved, or a real path) lies in, if any: walking up from
+    /// it, the first of the run's own workspace, a capture directory, or a
+    /// recorded workspace (by path or by device and inode). Asked afresh
+    /// each time: a link seen now was made by a run whose workspace was on
+    /// record before that run's sandbox started. A record that cannot be
+    /// read answers `Unrecorded` for every path.
     pub fn holding(&self, path: &Path) -> Option<WrittenBy> {
         self.holding_by(&self.listing(), path, true)
     }
@@ -517,7 +543,7 @@ impl<'a> WrittenWorkspaces<'a> {
     /// The record as it is now, for several questions at once: read it
     /// after whatever was seen that it must answer for (a link, a `lib`).
     pub fn listing(&self) -> Listing {
-        Listing(self.state_dir.map(|state_dir| {
+        let names = self.state_dir.map(|state_dir| {
             match (
                 marker_names(&written_dir(state_dir)),
                 marker_names(&generations_dir(state_dir)),
@@ -525,7 +551,41 @@ impl<'a> WrittenWorkspaces<'a> {
                 (Ok(w), Ok(g)) => Ok((w, g)),
                 (Err(dir), _) | (_, Err(dir)) => Err(dir),
             }
-        }))
+        });
+        Listing(names, Vec::new())
+    }
+
+    /// [`listing`](Self::listing) with every recorded path too (one more
+    /// file read), for [`holds_written_below`](Self::holds_written_below).
+    pub fn listing_with_paths(&self) -> Listing {
+        let mut listing = self.listing();
+        if let (Some(state_dir), Some(Ok(_))) = (self.state_dir, &listing.0) {
+            let list = written_dir(state_dir).join(PATHS_LIST);
+            match std::fs::read(&list) {
+                Ok(bytes) => {
+                    listing.1 = bytes
+                        .split(|&b| b == 0)
+                        .filter(|p| !p.is_empty())
+                        .map(|p| PathBuf::from(std::ffi::OsStr::from_bytes(p)))
+                        .collect()
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(_) => listing.0 = Some(Err(list)),
+            }
+        }
+        listing
+    }
+
+    /// Whether showing the directory `dir` whole would show a place where
+    /// sandboxed commands write: a recorded workspace below it (or the
+    /// captures beside one), or one it lies in (see
+    /// [`holding_in`](Self::holding_in)). `listing`: from
+    /// [`listing_with_paths`](Self::listing_with_paths).
+    pub fn holds_written_below(&self, listing: &Listing, dir: &Path) -> bool {
+        if matches!(listing.0, Some(Err(_))) || self.holding_in(listing, dir).is_some() {
+            return true;
+        }
+        listing.1.iter().any(|w| w.starts_with(dir))
     }
 
     /// [`holding`](Self::holding), by a listing read already.
