@@ -2275,8 +2275,7 @@ fn a_path_directory_named_through_a_version_link_finds_its_tools() {
     .unwrap();
     std::os::unix::fs::symlink("21", java.join("current")).unwrap();
     let w = World::new();
-    let path = format!("{}:/usr/bin:/bin", java.join("current/bin").display());
-    let o = w.command(&["run", "-c", "javax"]).env("PATH", &path).output().unwrap();
+    let o = run_with_on_path(&w, &java.join("current/bin"), "javax");
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert_eq!(stdout(&o), "javax 21\n", "{}", text(&o));
 }
@@ -2425,13 +2424,27 @@ fn a_tool_directory_on_path_the_command_pointed_elsewhere_shows_nothing() {
     assert!(stdout(&c).contains("TOPSECRET"), "control: {}", text(&c));
 }
 
+/// `tether-exec run -c script` in `w`'s workspace with `dir` first on PATH
+/// (then `/usr/bin:/bin`), as an activated virtualenv or a version manager
+/// puts it there.
+fn run_with_on_path(w: &World, dir: &Path, script: &str) -> std::process::Output {
+    let path = format!("{}:/usr/bin:/bin", dir.display());
+    w.command(&["run", "-c", script]).env("PATH", &path).output().unwrap()
+}
+
+/// [`host_dir`] and its real path.
+fn real_host_dir() -> (tempfile::TempDir, PathBuf) {
+    let d = host_dir();
+    let real = std::fs::canonicalize(d.path()).unwrap();
+    (d, real)
+}
+
 /// A second workspace (outside /tmp, so that a policy may name a path in
 /// it), with `w`'s state directory, where a sandboxed command has pointed
 /// `rel` at `target`: what a run in one project can leave for runs in the
 /// others.
 fn link_left_in_another_workspace(w: &World, rel: &str, target: &Path) -> (tempfile::TempDir, PathBuf) {
-    let dir = host_dir();
-    let other = std::fs::canonicalize(dir.path()).unwrap();
+    let (dir, other) = real_host_dir();
     let parent = Path::new(rel).parent().unwrap().display().to_string();
     let plant = format!("mkdir -p {parent} && ln -s {} {rel}", target.display());
     let o = w
@@ -2478,8 +2491,7 @@ fn a_tool_directory_on_path_linked_in_another_workspace_shows_nothing() {
     );
     // Control: the same directory on PATH by its own name is shown (the
     // probe reads what a tool directory would show).
-    let direct = format!("{}:/usr/bin:/bin", secret_dir.display());
-    let c = w.command(&["run", "-c", &read]).env("PATH", &direct).output().unwrap();
+    let c = run_with_on_path(&w, &secret_dir, &read);
     assert!(stdout(&c).contains("TOPSECRET"), "control: {}", text(&c));
 }
 
@@ -2490,8 +2502,7 @@ fn a_tool_directory_in_another_workspace_is_never_widened_to_that_workspace() {
     // beside it; a run in B makes one, and every run in A would then show
     // all of B, its `.env` too.
     let w = World::new();
-    let dir = host_dir();
-    let other = std::fs::canonicalize(dir.path()).unwrap();
+    let (_dir, other) = real_host_dir();
     std::fs::create_dir_all(other.join("bin")).unwrap();
     std::fs::write(other.join("bin/b-tool"), "#!/bin/sh\necho b-tool ran\n").unwrap();
     std::fs::set_permissions(
@@ -2505,9 +2516,8 @@ fn a_tool_directory_in_another_workspace_is_never_widened_to_that_workspace() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", text(&o));
-    let path = format!("{}:/usr/bin:/bin", other.join("bin").display());
     let probe = format!("b-tool; cat {}/.env", other.display());
-    let o = w.command(&["run", "-c", &probe]).env("PATH", &path).output().unwrap();
+    let o = run_with_on_path(&w, &other.join("bin"), &probe);
     assert!(!stdout(&o).contains("TOPSECRET"), "{}", text(&o));
     assert!(
         stdout(&o).contains("b-tool ran"),
@@ -2516,17 +2526,11 @@ fn a_tool_directory_in_another_workspace_is_never_widened_to_that_workspace() {
     );
     // Control: a prefix no sandboxed command writes is shown whole (so the
     // probe reads what widening would show).
-    let tools = host_dir();
-    let prefix = std::fs::canonicalize(tools.path()).unwrap();
+    let (_tools, prefix) = real_host_dir();
     std::fs::create_dir_all(prefix.join("bin")).unwrap();
     std::fs::create_dir_all(prefix.join("lib")).unwrap();
     std::fs::write(prefix.join(".env"), "TOKEN=TOPSECRET\n").unwrap();
-    let path = format!("{}:/usr/bin:/bin", prefix.join("bin").display());
-    let c = w
-        .command(&["run", "-c", &format!("cat {}/.env", prefix.display())])
-        .env("PATH", &path)
-        .output()
-        .unwrap();
+    let c = run_with_on_path(&w, &prefix.join("bin"), &format!("cat {}/.env", prefix.display()));
     assert!(stdout(&c).contains("TOPSECRET"), "control: {}", text(&c));
 }
 
@@ -2583,8 +2587,7 @@ fn a_tool_prefix_holding_another_workspace_is_never_shown_whole() {
     // `~/work` where agents run: a run in a workspace elsewhere must not see
     // those projects (their `.env`, what their runs wrote).
     let w = World::new();
-    let dir = host_dir();
-    let work = std::fs::canonicalize(dir.path()).unwrap();
+    let (_dir, work) = real_host_dir();
     std::fs::create_dir_all(work.join("bin")).unwrap();
     std::fs::create_dir_all(work.join("lib")).unwrap();
     std::fs::create_dir_all(work.join("projB")).unwrap();
@@ -2594,18 +2597,13 @@ fn a_tool_prefix_holding_another_workspace_is_never_shown_whole() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", text(&o));
-    let path = format!("{}:/usr/bin:/bin", work.join("bin").display());
     let probe = format!("cat {}/projB/.env", work.display());
-    let o = w.command(&["run", "-c", &probe]).env("PATH", &path).output().unwrap();
+    let o = run_with_on_path(&w, &work.join("bin"), &probe);
     assert!(!stdout(&o).contains("TOPSECRET"), "{}", text(&o));
     // Control: before any agent ran there, the prefix is shown whole (the
     // probe reads what widening would show).
     let fresh = World::new();
-    let c = fresh
-        .command(&["run", "-c", &probe])
-        .env("PATH", &path)
-        .output()
-        .unwrap();
+    let c = run_with_on_path(&fresh, &work.join("bin"), &probe);
     assert!(stdout(&c).contains("TOPSECRET"), "control: {}", text(&c));
 }
 
@@ -2613,8 +2611,7 @@ fn a_tool_prefix_holding_another_workspace_is_never_shown_whole() {
 fn a_policy_file_in_another_workspace_is_refused() {
     // Runs in this workspace name a policy kept in another project.
     let w = World::new();
-    let dir = host_dir();
-    let other = std::fs::canonicalize(dir.path()).unwrap();
+    let (_dir, other) = real_host_dir();
     policy_rewritten_by_a_run_in(&w, &other, "tether.toml", &w.ws);
 }
 
