@@ -465,7 +465,11 @@ pub fn remember_written(state_dir: &Path, workspace: &Path) -> Result<(), Worksp
 const PATHS_LIST: &str = "paths";
 
 fn path_marker(workspace: &Path) -> String {
-    format!("path-{}", workspace_id(workspace))
+    path_marker_of(&workspace_id(workspace))
+}
+
+fn path_marker_of(id: &str) -> String {
+    format!("path-{id}")
 }
 
 fn id_marker(dev: u64, ino: u64) -> String {
@@ -636,8 +640,10 @@ impl<'a> WrittenWorkspaces<'a> {
             if dir.file_name() == Some(std::ffi::OsStr::new(overlay::BESIDE_WORKSPACE)) {
                 return Some(WrittenBy::Captures(dir.to_path_buf()));
             }
-            let named = by_path_or_id.contains(std::ffi::OsStr::new(&path_marker(dir)))
-                || legacy.contains(std::ffi::OsStr::new(&workspace_id(dir)));
+            // One digest names both: the marker and a generation.
+            let id = workspace_id(dir);
+            let named = by_path_or_id.contains(std::ffi::OsStr::new(&path_marker_of(&id)))
+                || legacy.contains(std::ffi::OsStr::new(&id));
             // By device and inode: one `lstat` an ancestor, once any is on
             // record (`/` is never renamed).
             let by_id = || {
