@@ -21,7 +21,7 @@ use crate::gate::{self, Context, Decision, Input};
 use crate::policy::{Format, Layer, Policy, Profile, Verdict};
 use crate::receipt::{Isolation, Receipt};
 use crate::sandbox::{self, apply, plan};
-use crate::workspace::overlay::{Capture, LandedPreview};
+use crate::workspace::overlay::{Capture, LandedPreview, PlannedCapture};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -126,7 +126,7 @@ fn make_preview(
         &req.cwd,
         req.sandbox_argv(),
         &req.state_dir,
-        capture.0.as_ref(),
+        capture.0.as_ref().map(dirs_of),
     )?;
     let (out, err) = capture
         .0
@@ -134,7 +134,7 @@ fn make_preview(
         .expect("made above")
         .output_files()
         .map_err(|e| format!("tether-exec: {e}"))?;
-    let (code, hold_init) = match apply::run(&plan, Some(stdin), Some((&out, &err)), before_exec) {
+    let (code, hold_init) = match apply::run(&plan, Some(stdin), Some((&out, &err)), &mut || Ok(()), before_exec) {
         Ok(o) => match o.ended {
             apply::Ended::Exited(c) | apply::Ended::ExecFailed { code: c } => (c, o.hold_init),
             apply::Ended::TimedOut => (exit::TIMEOUT, o.hold_init),
@@ -336,15 +336,10 @@ pub fn run(req: &Request, stdin_is_tty: bool) -> Finished {
                 &req.cwd,
                 req.sandbox_argv(),
                 &req.state_dir,
-                capture.as_ref(),
+                capture.as_ref().map(planned_dirs),
             ) {
                 Ok(p) => p,
-                Err(e) => {
-                    if let Some(c) = capture {
-                        c.discard();
-                    }
-                    return not_started(receipt, e, on_record);
-                }
+                Err(e) => return not_started(receipt, e, on_record),
             };
             let mut done = execute(
                 &plan,
@@ -440,22 +435,33 @@ fn policy_others_can_change(req: &Request, loaded: &[PathBuf]) -> Option<String>
     })
 }
 
+/// A capture's directories as a plan names them: the whole workspace's
+/// upper and work directories, or (when there are any) each git directory's.
+type CaptureDirs = (PathBuf, PathBuf, Vec<crate::workspace::overlay::Subtree>);
+
+fn dirs_of(c: &Capture) -> CaptureDirs {
+    (c.upper(), c.work(), c.subtrees.clone())
+}
+
+fn planned_dirs(c: &PlannedCapture) -> CaptureDirs {
+    (c.upper(), c.work(), c.subtrees())
+}
+
 fn plan_for(
     policy: &Policy,
     ws: &Path,
     cwd: &Path,
     argv: Vec<String>,
     state: &Path,
-    capture: Option<&Capture>,
+    capture: Option<CaptureDirs>,
 ) -> Result<(plan::Plan, crate::workspace::EnvSecrets), String> {
     let mut facts = sandbox::host_facts(policy, ws, crate::state::account_home().as_deref(), state);
     match capture {
-        Some(c) if c.subtrees.is_empty() => facts.overlay = Some((c.upper(), c.work())),
-        Some(c) => {
-            facts.git_overlays = c
-                .subtrees
-                .iter()
-                .map(|t| (ws.join(&t.rel), t.upper.clone(), t.work.clone()))
+        Some((upper, work, subtrees)) if subtrees.is_empty() => facts.overlay = Some((upper, work)),
+        Some((_, _, subtrees)) => {
+            facts.git_overlays = subtrees
+                .into_iter()
+                .map(|t| (ws.join(&t.rel), t.upper, t.work))
                 .collect()
         }
         None => {}
@@ -491,11 +497,10 @@ fn env_digest(policy: &Policy, ws: &Path, cwd: &Path) -> String {
 /// The capture a run writes into: the whole workspace when the policy needs
 /// the overlay; else, for a writable run, the workspace's git directories
 /// (see `plan`); none for a read-only run.
-fn capture_for(policy: &Policy, state: &Path, ws: &Path) -> Result<Option<Capture>, String> {
-    let failed =
-        |e: crate::workspace::WorkspaceError| format!("tether-exec: cannot prepare the overlay workspace: {e}");
+/// Decided here, made once the sandbox's init exists (see [`PlannedCapture`]).
+fn capture_for(policy: &Policy, state: &Path, ws: &Path) -> Result<Option<PlannedCapture>, String> {
     if needs_overlay(policy) {
-        return Capture::create(state, ws).map(Some).map_err(failed);
+        return Ok(Some(PlannedCapture::new(state, ws)));
     }
     if policy.profile() != Profile::WorkspaceWrite {
         return Ok(None);
@@ -518,12 +523,9 @@ fn capture_for(policy: &Policy, state: &Path, ws: &Path) -> Result<Option<Captur
     if dirs.is_empty() {
         return Ok(None);
     }
-    let mut capture = Capture::create(state, ws).map_err(failed)?;
+    let mut capture = PlannedCapture::new(state, ws);
     for d in &dirs {
-        if let Err(e) = capture.add_subtree(d) {
-            capture.discard();
-            return Err(failed(e));
-        }
+        capture.add_subtree(d);
     }
     Ok(Some(capture))
 }
@@ -601,7 +603,7 @@ fn execute(
     session: Option<String>,
     approval_id: Option<String>,
     state: &Path,
-    capture: Option<Capture>,
+    capture: Option<PlannedCapture>,
     env_before: crate::workspace::EnvSecrets,
     before_start: Option<BeforeStart<'_>>,
 ) -> Finished {
@@ -641,7 +643,20 @@ fn execute(
         }
         Ok(())
     };
-    let mut outcome = apply::run(plan, stdin, None, &mut || before_exec(true));
+    // The capture is made once init exists (see `PlannedCapture`); a run
+    // stopped before that leaves none behind.
+    let mut planned = capture;
+    let mut capture: Option<Capture> = None;
+    let mut make_capture = || -> Result<(), String> {
+        if let Some(p) = planned.take() {
+            let made = p
+                .make()
+                .map_err(|e| format!("tether-exec: cannot prepare the overlay workspace, so nothing runs: {e}"))?;
+            capture = Some(made);
+        }
+        Ok(())
+    };
+    let mut outcome = apply::run(plan, stdin, None, &mut make_capture, &mut || before_exec(true));
     // init waits with the mounts in place while a capture is checked and
     // landed (see `apply::Outcome::hold_init`), and until the result is out.
     let hold_init = outcome.as_mut().ok().and_then(|o| o.hold_init.take());
@@ -1197,14 +1212,21 @@ pub fn resume_opened(id: &str, state: &Path, store: ApprovalStore) -> Finished {
         Err(e) => return refused(&mut log, receipt, exit::INTERNAL, e),
     };
     // A preview lands what was captured: nothing runs, no sandbox is planned.
-    let (mut capture, prepared) = if ctx.preview.is_some() {
-        (UnusedCapture(None), None)
+    let (capture, prepared) = if ctx.preview.is_some() {
+        (None, None)
     } else {
         let capture = match capture_for(&policy, state, &ctx.workspace) {
-            Ok(c) => UnusedCapture(c),
+            Ok(c) => c,
             Err(e) => return refused(&mut log, receipt, exit::INTERNAL, e),
         };
-        match plan_for(&policy, &ctx.workspace, &cwd, argv, state, capture.0.as_ref()) {
+        match plan_for(
+            &policy,
+            &ctx.workspace,
+            &cwd,
+            argv,
+            state,
+            capture.as_ref().map(planned_dirs),
+        ) {
             Ok(p) => (capture, Some(p)),
             Err(e) => return refused(&mut log, receipt, exit::INTERNAL, e),
         }
@@ -1374,7 +1396,7 @@ pub fn resume_opened(id: &str, state: &Path, store: ApprovalStore) -> Finished {
                 Some(action.session.clone()),
                 Some(id.to_string()),
                 state,
-                capture.take(),
+                capture,
                 env_before,
                 Some(Box::new(make_start_durable)),
             );

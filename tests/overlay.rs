@@ -791,3 +791,34 @@ fn only_skeletons_no_overlay_used_as_its_own_become_spares() {
     );
     assert!(entries(&w, "overlays").is_empty());
 }
+
+/// A run's capture is made once its sandbox's init exists (off the run's
+/// path); one that cannot be made then still runs nothing, and says why.
+/// Judged from the host: the file the command would make is not there; the
+/// control, the same run with a state directory that can hold captures, makes it.
+#[test]
+fn a_capture_that_cannot_be_made_runs_nothing() {
+    for policy in ["", "overlay = true\n"] {
+        let control = world();
+        git_in(&control.ws, &["init", "-q"]);
+        let o = control.run_policy(policy, "touch made-by-the-run");
+        assert_eq!(o.status.code(), Some(0), "{policy:?}: {}", text(&o));
+        assert!(
+            exists(&control.ws.join("made-by-the-run")),
+            "{policy:?}: the control made nothing"
+        );
+
+        let w = world();
+        git_in(&w.ws, &["init", "-q"]);
+        // Where captures go, a file: no capture directory can be made there.
+        std::fs::write(w.state.join("overlays"), "not a directory\n").unwrap();
+        let o = w.run_policy(policy, "touch made-by-the-run");
+        assert_eq!(o.status.code(), Some(125), "{policy:?}: {}", text(&o));
+        assert!(
+            text(&o).contains("cannot prepare the overlay workspace, so nothing runs"),
+            "{policy:?}: {}",
+            text(&o)
+        );
+        assert!(!exists(&w.ws.join("made-by-the-run")), "{policy:?}: the command ran");
+    }
+}

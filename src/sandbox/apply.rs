@@ -397,13 +397,19 @@ struct Prepared {
 /// `stdin` replaces the inherited standard input when given (a held action's stored input).
 /// `output` sends the command's stdout and stderr to these files instead of
 /// the launcher's own (a preview records them).
+/// `before_release` runs in the launcher once init exists and its id maps are
+/// written, before init goes on to open what the plan names (a capture's
+/// directories, which it makes); init meanwhile empties its capability
+/// bounding set, so work done there is off the run's path.
 /// `before_exec` runs in the launcher while the sandbox is being built; the
-/// command starts only after it returns `Ok`. On `Err` the sandbox is killed
-/// before the command starts and `run` returns [`ApplyError::NotStarted`].
+/// command starts only after it returns `Ok`. On `Err` from either, the
+/// sandbox is killed before the command starts and `run` returns
+/// [`ApplyError::NotStarted`].
 pub fn run(
     plan: &Plan,
     stdin: Option<&[u8]>,
     output: Option<(&std::fs::File, &std::fs::File)>,
+    before_release: &mut dyn FnMut() -> Result<(), String>,
     before_exec: &mut dyn FnMut() -> Result<(), String>,
 ) -> Result<Outcome, ApplyError> {
     let output = match output {
@@ -547,6 +553,11 @@ pub fn run(
         kill(pid);
         wait_pid(pid);
         return Err(e);
+    }
+    if let Err(reason) = before_release() {
+        kill(pid);
+        wait_pid(pid);
+        return Err(ApplyError::NotStarted(reason));
     }
     // Release the child: the id maps are in place.
     let mut sync_w = std::fs::File::from(sync_w);

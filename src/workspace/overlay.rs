@@ -340,15 +340,38 @@ fn maker_alive(name: &std::ffi::OsStr) -> bool {
     pid.is_some_and(|p| p != std::process::id() && Path::new(&format!("/proc/{p}")).exists())
 }
 
-impl Capture {
-    /// Make the capture directories for one run (locked for this process).
-    pub fn create(state: &Path, workspace: &Path) -> Result<Capture, WorkspaceError> {
+/// A capture decided on, with every path it will have, but not made yet.
+///
+/// A run's plan names the capture's directories, and init opens them only
+/// once the launcher has written its id maps; making them (a spare skeleton
+/// taken, its lock, the git directories' own upper and work directories)
+/// waits until then, while init drops its capability bounding set, instead
+/// of before the sandbox is cloned: off the path every run in a git
+/// repository waits on (see `sandbox::apply::run`'s `before_release`).
+#[derive(Debug)]
+pub struct PlannedCapture {
+    dir: PathBuf,
+    name: String,
+    workspace: PathBuf,
+    state: PathBuf,
+    /// In a directory beside the workspace rather than the state directory.
+    beside: bool,
+    /// Run by root for a workspace someone else owns: the owner's ids.
+    owner: Option<(u32, u32)>,
+    spares: Option<PathBuf>,
+    /// Relative to the workspace: the git directories captured one by one.
+    subtrees: Vec<PathBuf>,
+}
+
+impl PlannedCapture {
+    /// Decide where one run's capture goes; nothing is made but the
+    /// directory beside the workspace that captures there share.
+    pub fn new(state: &Path, workspace: &Path) -> PlannedCapture {
         let nanos = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
         let name = format!("{}-{nanos}", std::process::id());
         let (root, beside) = capture_root(state, workspace);
-        let dir = root.join(&name);
         // Run by root for a workspace someone else owns, the sandbox acts as
         // that owner, and overlayfs writes both directories with the
         // mounter's rights: they must be the owner's.
@@ -356,76 +379,138 @@ impl Capture {
             .ok()
             .map(|m| (m.uid(), m.gid()))
             .filter(|&(u, _)| nix::unistd::geteuid().is_root() && u != 0);
+        // A spare skeleton is made by us with our own modes and owner: not
+        // for a capture given to someone else, nor one beside the workspace.
+        let spares = (!beside && owner.is_none()).then(|| spares_dir(state));
+        PlannedCapture {
+            dir: root.join(&name),
+            name,
+            workspace: workspace.to_path_buf(),
+            state: state.to_path_buf(),
+            beside,
+            owner,
+            spares,
+            subtrees: Vec::new(),
+        }
+    }
+
+    /// Capture writes beneath the workspace directory `rel` only (which must
+    /// be a real directory when the capture is made).
+    pub fn add_subtree(&mut self, rel: &Path) {
+        self.subtrees.push(rel.to_path_buf());
+    }
+
+    /// The upper and work directories of a whole-workspace overlay.
+    pub fn upper(&self) -> PathBuf {
+        self.dir.join("upper")
+    }
+
+    pub fn work(&self) -> PathBuf {
+        self.dir.join("work")
+    }
+
+    /// Each git directory's overlay: (relative path, upper, work). Each has
+    /// a work directory of its own below `work`, never `work` itself: the
+    /// capture's skeleton may serve the next capture while this overlay is
+    /// still mounted (see [`spares_dir`]).
+    pub fn subtrees(&self) -> Vec<Subtree> {
+        self.subtrees
+            .iter()
+            .enumerate()
+            .map(|(n, rel)| Subtree {
+                rel: rel.clone(),
+                upper: self.upper().join(rel),
+                work: self.work().join(n.to_string()),
+            })
+            .collect()
+    }
+
+    /// Make the capture directories (locked for this process).
+    pub fn make(self) -> Result<Capture, WorkspaceError> {
+        let dir = &self.dir;
         // Ours alone, whatever the umask and whoever may enter the directory
         // above: what another user put in the upper layer would land in the
         // workspace as the run's.
         let private = || {
             use std::os::unix::fs::DirBuilderExt;
-            std::fs::DirBuilder::new().mode(0o700).create(&dir)
+            std::fs::DirBuilder::new().mode(0o700).create(dir)
         };
-        // A spare skeleton is made by us with our own modes and owner: not
-        // for a capture given to someone else, nor one beside the workspace.
-        let spares = (!beside && owner.is_none()).then(|| spares_dir(state));
-        if !spares.as_deref().is_some_and(|s| take_spare(s, &dir)) {
+        if !self.spares.as_deref().is_some_and(|s| take_spare(s, dir)) {
             if let Err(e) = private() {
                 if e.kind() != std::io::ErrorKind::NotFound {
-                    return Err(err(&dir, e));
+                    return Err(err(dir, e));
                 }
                 if let Some(parent) = dir.parent() {
                     std::fs::create_dir_all(parent).map_err(|e| err(parent, e))?;
                 }
-                private().map_err(|e| err(&dir, e))?;
+                private().map_err(|e| err(dir, e))?;
             }
             for d in [dir.join("upper"), dir.join("work")] {
                 std::fs::create_dir(&d).map_err(|e| err(&d, e))?;
-                if let Some((u, g)) = owner {
+                if let Some((u, g)) = self.owner {
                     std::os::unix::fs::chown(&d, Some(u), Some(g)).map_err(|e| err(&d, e))?;
                 }
             }
         }
         // The lock is on the capture directory itself (flock works on any
         // open file): one file fewer to make and remove on every run.
-        let file = std::fs::File::open(&dir).map_err(|e| err(&dir, e))?;
+        let file = std::fs::File::open(dir).map_err(|e| err(dir, e))?;
         let lock =
-            lock_exclusive(file, true).ok_or_else(|| err(&dir, std::io::Error::other("cannot lock the capture")))?;
+            lock_exclusive(file, true).ok_or_else(|| err(dir, std::io::Error::other("cannot lock the capture")))?;
         // Recovery finds a capture beside the workspace through this link.
         // Nothing has been written through the capture yet, so a launcher
         // killed before the link exists leaves only an empty capture behind.
-        let link = if beside {
-            let link = overlays_dir(state).join(&name);
-            std::fs::create_dir_all(overlays_dir(state)).map_err(|e| err(&link, e))?;
-            std::os::unix::fs::symlink(&dir, &link).map_err(|e| err(&link, e))?;
+        let link = if self.beside {
+            let link = overlays_dir(&self.state).join(&self.name);
+            std::fs::create_dir_all(overlays_dir(&self.state)).map_err(|e| err(&link, e))?;
+            std::os::unix::fs::symlink(dir, &link).map_err(|e| err(&link, e))?;
             Some(link)
         } else {
             None
         };
-        Ok(Capture {
-            dir,
-            workspace: workspace.to_path_buf(),
+        let subtrees = self.subtrees();
+        let capture = Capture {
+            dir: self.dir,
+            workspace: self.workspace,
             link,
             _lock: lock,
             started: SystemTime::now(),
             subtrees: Vec::new(),
-            spares,
-        })
+            spares: self.spares,
+        };
+        capture.make_subtrees(subtrees)
+    }
+}
+
+impl Capture {
+    /// Make the capture directories for one run (locked for this process).
+    pub fn create(state: &Path, workspace: &Path) -> Result<Capture, WorkspaceError> {
+        PlannedCapture::new(state, workspace).make()
     }
 
-    /// Capture writes beneath the workspace directory `rel` only (which must
-    /// be a real directory). Its upper directory takes the mode, and when run
-    /// by root the owner, of the directory it covers, since the overlay's root
-    /// shows the upper directory's.
-    pub fn add_subtree(&mut self, rel: &Path) -> Result<(), WorkspaceError> {
-        let lower_path = self.workspace.join(rel);
+    /// Make each subtree's directories; on a failure the capture goes.
+    fn make_subtrees(mut self, subtrees: Vec<Subtree>) -> Result<Capture, WorkspaceError> {
+        for t in subtrees {
+            if let Err(e) = self.make_subtree(&t) {
+                self.discard();
+                return Err(e);
+            }
+            self.subtrees.push(t);
+        }
+        Ok(self)
+    }
+
+    /// A subtree's upper directory takes the mode, and when run by root the
+    /// owner, of the directory it covers, since the overlay's root shows the
+    /// upper directory's.
+    fn make_subtree(&self, t: &Subtree) -> Result<(), WorkspaceError> {
+        let lower_path = self.workspace.join(&t.rel);
         let lower = std::fs::symlink_metadata(&lower_path).map_err(|e| err(&lower_path, e))?;
         if !lower.is_dir() {
             return Err(err(&lower_path, std::io::Error::other("not a directory")));
         }
-        let upper = self.upper().join(rel);
-        // Each overlay has a work directory of its own below `work`, never
-        // `work` itself: the capture's skeleton may serve the next capture
-        // while this overlay is still mounted (see [`spares_dir`]).
-        let work = self.work().join(self.subtrees.len().to_string());
-        std::fs::create_dir(&work).map_err(|e| err(&work, e))?;
+        let (upper, work) = (&t.upper, &t.work);
+        std::fs::create_dir(work).map_err(|e| err(work, e))?;
         // A nested git directory needs its parents in the upper layer; the
         // workspace's own `.git` sits right in it.
         if let Some(parent) = upper.parent().filter(|p| *p != self.upper()) {
@@ -436,27 +521,22 @@ impl Capture {
             use std::os::unix::fs::DirBuilderExt;
             std::fs::DirBuilder::new()
                 .mode(mode)
-                .create(&upper)
-                .map_err(|e| err(&upper, e))?;
+                .create(upper)
+                .map_err(|e| err(upper, e))?;
         }
         // Only if the umask took bits away.
         if mode & process_umask() != 0 {
-            std::fs::set_permissions(&upper, std::fs::Permissions::from_mode(mode)).map_err(|e| err(&upper, e))?;
+            std::fs::set_permissions(upper, std::fs::Permissions::from_mode(mode)).map_err(|e| err(upper, e))?;
         }
         // Always, as root: even for ids root has, a directory made in a
         // set-group-ID directory (or on a filesystem mounted `grpid`) takes its
         // parent's group, which the sandbox may not map, and the overlay then
         // refuses to mount.
         if nix::unistd::geteuid().is_root() {
-            for d in [&upper, &work] {
+            for d in [upper, work] {
                 std::os::unix::fs::lchown(d, Some(lower.uid()), Some(lower.gid())).map_err(|e| err(d, e))?;
             }
         }
-        self.subtrees.push(Subtree {
-            rel: rel.to_path_buf(),
-            upper,
-            work,
-        });
         Ok(())
     }
 
