@@ -127,6 +127,7 @@ fn make_preview(
         req.sandbox_argv(),
         &req.state_dir,
         capture.0.as_ref().map(dirs_of),
+        None,
     )?;
     let (out, err) = capture
         .0
@@ -326,7 +327,7 @@ pub fn run(req: &Request, stdin_is_tty: bool) -> Finished {
         }
         Verdict::Allow => {
             let recovered = recover(&req.state_dir);
-            let capture = match capture_for(&policy, &req.state_dir, &req.workspace) {
+            let (capture, git) = match capture_for(&policy, &req.state_dir, &req.workspace) {
                 Ok(c) => c,
                 Err(e) => return not_started(receipt, e, on_record),
             };
@@ -337,6 +338,7 @@ pub fn run(req: &Request, stdin_is_tty: bool) -> Finished {
                 req.sandbox_argv(),
                 &req.state_dir,
                 capture.as_ref().map(planned_dirs),
+                git,
             ) {
                 Ok(p) => p,
                 Err(e) => return not_started(receipt, e, on_record),
@@ -454,8 +456,9 @@ fn plan_for(
     argv: Vec<String>,
     state: &Path,
     capture: Option<CaptureDirs>,
+    git: Option<crate::workspace::GitLayout>,
 ) -> Result<(plan::Plan, crate::workspace::EnvSecrets), String> {
-    let mut facts = sandbox::host_facts(policy, ws, crate::state::account_home().as_deref(), state);
+    let mut facts = sandbox::host_facts(policy, ws, crate::state::account_home().as_deref(), state, git);
     match capture {
         Some((upper, work, subtrees)) if subtrees.is_empty() => facts.overlay = Some((upper, work)),
         Some((_, _, subtrees)) => {
@@ -498,12 +501,19 @@ fn env_digest(policy: &Policy, ws: &Path, cwd: &Path) -> String {
 /// the overlay; else, for a writable run, the workspace's git directories
 /// (see `plan`); none for a read-only run.
 /// Decided here, made once the sandbox's init exists (see [`PlannedCapture`]).
-fn capture_for(policy: &Policy, state: &Path, ws: &Path) -> Result<Option<PlannedCapture>, String> {
+/// With it, the workspace's git layout when the one read here still holds
+/// for the plan: when no checkout was made (one made is no longer missing
+/// but without a `.git`, which the plan makes read-only).
+fn capture_for(
+    policy: &Policy,
+    state: &Path,
+    ws: &Path,
+) -> Result<(Option<PlannedCapture>, Option<crate::workspace::GitLayout>), String> {
     if needs_overlay(policy) {
-        return Ok(Some(PlannedCapture::new(state, ws)));
+        return Ok((Some(PlannedCapture::new(state, ws)), None));
     }
     if policy.profile() != Profile::WorkspaceWrite {
-        return Ok(None);
+        return Ok((None, None));
     }
     let trees = plan::writable_trees(policy).ok().flatten();
     let layout = crate::workspace::git_layout_with(ws, &crate::workspace::scan_before_run(ws, state).repos);
@@ -520,14 +530,15 @@ fn capture_for(policy: &Policy, state: &Path, ws: &Path) -> Result<Option<Planne
             crate::workspace::MAX_GIT_OVERLAYS
         ));
     }
+    let still_holds = layout.missing_checkouts.is_empty().then_some(layout);
     if dirs.is_empty() {
-        return Ok(None);
+        return Ok((None, still_holds));
     }
     let mut capture = PlannedCapture::new(state, ws);
     for d in &dirs {
         capture.add_subtree(d);
     }
-    Ok(Some(capture))
+    Ok((Some(capture), still_holds))
 }
 
 /// Whether this policy needs the overlay workspace: it asks for it, or its
@@ -609,8 +620,10 @@ fn execute(
 ) -> Finished {
     let isolation = Isolation::of(plan);
     let writable = policy.profile() == Profile::WorkspaceWrite;
-    let protected_before =
-        writable.then(|| crate::workspace::snapshot_protected(&plan.workspace, env_before, &plan.found_trees));
+    // The protected paths as they are before the command starts, taken while
+    // the sandbox builds itself (which changes nothing in the workspace).
+    let mut env_before = Some(env_before);
+    let mut protected_before = None;
     let (mut borrowed, mut deferred) = match audit {
         Audit::Open(log) => (Some(log), None),
         Audit::Deferred(f) => (None, Some(f)),
@@ -629,6 +642,13 @@ fn execute(
             let (log, seq) = record()?;
             opened = Some(log);
             decision_seq = Some(seq);
+        }
+        if let (true, Some(env)) = (writable, env_before.take()) {
+            protected_before = Some(crate::workspace::snapshot_protected(
+                &plan.workspace,
+                env,
+                &plan.found_trees,
+            ));
         }
         if let (Some(before), None) = (&protected_before, &pending) {
             let p = crate::workspace::PendingCheck::record(state, &plan.workspace, before).map_err(|e| {
@@ -1215,7 +1235,7 @@ pub fn resume_opened(id: &str, state: &Path, store: ApprovalStore) -> Finished {
     let (capture, prepared) = if ctx.preview.is_some() {
         (None, None)
     } else {
-        let capture = match capture_for(&policy, state, &ctx.workspace) {
+        let (capture, git) = match capture_for(&policy, state, &ctx.workspace) {
             Ok(c) => c,
             Err(e) => return refused(&mut log, receipt, exit::INTERNAL, e),
         };
@@ -1226,6 +1246,7 @@ pub fn resume_opened(id: &str, state: &Path, store: ApprovalStore) -> Finished {
             argv,
             state,
             capture.as_ref().map(planned_dirs),
+            git,
         ) {
             Ok(p) => (capture, Some(p)),
             Err(e) => return refused(&mut log, receipt, exit::INTERNAL, e),

@@ -62,7 +62,15 @@ pub fn zero_limits_named(zero: &[&str]) -> String {
     )
 }
 
-pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state: &Path) -> HostFacts {
+/// `git`: the workspace's git layout, when the caller has read it already
+/// (as `workspace::git_layout_with` reads it, after the secret scan).
+pub fn host_facts(
+    policy: &Policy,
+    workspace: &Path,
+    home: Option<&Path>,
+    state: &Path,
+    git: Option<crate::workspace::GitLayout>,
+) -> HostFacts {
     // SAFETY-free: geteuid/getegid via nix.
     let uid = nix::unistd::geteuid().as_raw();
     let gid = nix::unistd::getegid().as_raw();
@@ -233,7 +241,7 @@ pub fn host_facts(policy: &Policy, workspace: &Path, home: Option<&Path>, state:
         }
     }
     let secrets = crate::workspace::scan_before_run(workspace, state);
-    let git = crate::workspace::git_layout_with(workspace, &secrets.repos);
+    let git = git.unwrap_or_else(|| crate::workspace::git_layout_with(workspace, &secrets.repos));
     // Work trees of the repositories below the top (a `.git` directory or
     // file there): see `CreateGuard::nested_trees`.
     let nested_trees: Vec<(PathBuf, bool)> = git
