@@ -41,7 +41,8 @@ const STATE_DIR_ENV: &str = "TETHER_EXEC_STATE_DIR";
 /// The usual shapes of a `run` command line (`args` without the program
 /// name), read without building a parser: every agent command is a `run`, and
 /// clap's share of a launch was still 0.2 ms with `RunCli`. Only long options
-/// given as `--name VALUE` or `--name=VALUE`, `-c SCRIPT`, and the program
+/// given as `--name VALUE` or `--name=VALUE` (`--state-dir` before `run` too,
+/// see [`leading_global`]), `-c SCRIPT`, and the program
 /// after `--`; `None` for anything else (help, an unknown or repeated option,
 /// a value that is missing, empty or starts with `-`, text that is not
 /// UTF-8, `-c` together with `--`), which `RunCli` then parses, with its
@@ -51,6 +52,7 @@ fn parse_run_fast(
     args: &[std::ffi::OsString],
     env_state_dir: Option<&std::ffi::OsStr>,
 ) -> Option<(GlobalArgs, RunArgs)> {
+    let (before_verb, args) = leading_global(args)?;
     let mut it = args.iter();
     if it.next()? != "run" {
         return None;
@@ -61,7 +63,7 @@ fn parse_run_fast(
         script: None,
         argv: Vec::new(),
     };
-    let (mut session, mut receipt, mut state_dir) = (None, None, None);
+    let (mut session, mut receipt, mut state_dir) = (None, None, before_verb.map(PathBuf::from));
     let mut program = false;
     while let Some(arg) = it.next() {
         let arg = arg.to_str()?;
@@ -88,6 +90,21 @@ fn parse_run_fast(
     }
     let global = global_args(state_dir, env_state_dir)?;
     Some((global, RunArgs { spec, session, receipt }))
+}
+
+/// `--state-dir DIR` (or `--state-dir=DIR`) before the subcommand, where
+/// tether-sdk puts it, read by hand as the subcommand's options are: its
+/// value (if given there) and the rest of the line. `None` when the line
+/// starts with the option but its value is one for clap to judge (see
+/// [`option_and_value`]).
+fn leading_global(args: &[std::ffi::OsString]) -> Option<(Option<&str>, &[std::ffi::OsString])> {
+    let first = args.first().and_then(|a| a.to_str());
+    let Some(first) = first.filter(|a| *a == "--state-dir" || a.starts_with("--state-dir=")) else {
+        return Some((None, args));
+    };
+    let mut rest = args[1..].iter();
+    let (_, value, _) = option_and_value(first, &mut rest)?;
+    Some((Some(value), rest.as_slice()))
 }
 
 /// One option of a command line read by hand: `--name=VALUE`, or `NAME
@@ -124,7 +141,7 @@ fn global_args(state_dir: Option<PathBuf>, env_state_dir: Option<&std::ffi::OsSt
 
 /// `approve ID`, `reject ID --reason TEXT` (each optionally with `--resume
 /// [--receipt FILE]`) and `resume ID [--receipt FILE]`, each with
-/// `--state-dir DIR` anywhere, read without building the whole
+/// `--state-dir DIR` anywhere (before the subcommand too), read without building the whole
 /// command tree (about 0.3 ms of each of the three processes a held action
 /// costs). Same rules as [`parse_run_fast`]: long options as `--name VALUE`
 /// or `--name=VALUE`, each at most once; one id that does not start with
@@ -133,12 +150,13 @@ fn parse_approval_fast(
     args: &[std::ffi::OsString],
     env_state_dir: Option<&std::ffi::OsStr>,
 ) -> Option<(GlobalArgs, Command)> {
+    let (before_verb, args) = leading_global(args)?;
     let mut it = args.iter();
     let verb = it.next()?.to_str()?;
     if !matches!(verb, "approve" | "reject" | "resume") {
         return None;
     }
-    let (mut id, mut reason, mut receipt, mut state_dir) = (None, None, None, None);
+    let (mut id, mut reason, mut receipt, mut state_dir) = (None, None, None, before_verb.map(str::to_string));
     let mut then_resume = false;
     while let Some(arg) = it.next() {
         let arg = arg.to_str()?;
@@ -402,7 +420,8 @@ fn end_quietly_on_a_closed_pipe() {
 pub fn main() -> i32 {
     crate::gate::parse::quiet_contained_parser_panics();
     let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
-    if args.first().is_some_and(|a| a == "run") {
+    let verb = leading_global(&args).and_then(|(_, rest)| rest.first());
+    if verb.is_some_and(|a| a == "run") {
         let env_state_dir = std::env::var_os(STATE_DIR_ENV);
         if let Some((global, r)) = parse_run_fast(&args, env_state_dir.as_deref()) {
             return run(&r.spec, r.session, r.receipt.as_deref(), global.state_dir);
@@ -975,8 +994,14 @@ mod tests {
             ]), 0..5),
             program in proptest::option::of(proptest::collection::vec(
                 proptest::sample::select(vec!["ls", "-la", "--", "x y", ""]), 0..3)),
+            // The global option, sometimes, before the subcommand.
+            lead in proptest::sample::select(vec![
+                &[][..], &["--state-dir", "/lead"], &["--state-dir=/lead2"], &["--state-dir"],
+                &["--state-dir="], &["--state-dir", "-x"], &["--bogus"], &["--state-dirx=/y"],
+            ]),
         ) {
-            let mut args = os(&["run"]);
+            let mut args = os(lead);
+            args.push("run".into());
             for o in &options {
                 args.extend(o.iter().map(std::ffi::OsString::from));
             }
@@ -1004,8 +1029,13 @@ mod tests {
                 &["--version"], &["--reason"], &["--receipt="], &["--reason=-x"], &["--=x"], &["-x=1"],
                 &["--reason", "-x"], &["a=b"], &["--resume"], &["--resume=yes"], &["--resume", "--receipt", "r.json"],
             ]), 0..5),
+            lead in proptest::sample::select(vec![
+                &[][..], &["--state-dir", "/lead"], &["--state-dir=/lead2"], &["--state-dir"],
+                &["--state-dir="], &["--state-dir", "-x"], &["--bogus"],
+            ]),
         ) {
-            let mut args = os(&[verb]);
+            let mut args = os(lead);
+            args.push(verb.into());
             for w in &words {
                 args.extend(w.iter().map(std::ffi::OsString::from));
             }
@@ -1043,16 +1073,32 @@ mod tests {
                 "--reason",
                 "delete build/ with make clean instead",
             ],
+            // The global option before the subcommand, as tether-sdk gives it.
             &["--state-dir", "/st", "approve", "apr_1"],
+            &[
+                "--state-dir=/st",
+                "approve",
+                "apr_1",
+                "--resume",
+                "--receipt",
+                "/tmp/r.json",
+            ],
+            &["--state-dir", "/st", "resume", "apr_1", "--receipt", "/tmp/r.json"],
         ] {
             let args = os(args);
             let fast = parse_approval_fast(&args, None).map(|(g, c)| format!("{g:?} {c:?}"));
-            if args[0] == "--state-dir" {
-                // A global option before the subcommand is left to clap.
-                assert_eq!(fast, None);
-            } else {
-                assert_eq!(fast, full_clap_reading(&args), "{args:?}");
-            }
+            assert!(fast.is_some(), "{args:?}");
+            assert_eq!(fast, full_clap_reading(&args), "{args:?}");
+        }
+        // Given twice, before and after the subcommand, or with a value clap
+        // must judge: clap decides.
+        for args in [
+            &["--state-dir", "/a", "approve", "apr_1", "--state-dir", "/b"][..],
+            &["--state-dir", "approve", "apr_1"],
+            &["--state-dir=", "approve", "apr_1"],
+            &["--state-dir", "-x", "approve", "apr_1"],
+        ] {
+            assert!(parse_approval_fast(&os(args), None).is_none(), "{args:?}");
         }
         // The variable is read as clap reads it: an option given wins over it.
         let args = os(&["approve", "apr_1", "--state-dir", "/flag"]);
@@ -1086,6 +1132,9 @@ mod tests {
                 "-q",
             ],
             &["run", "--state-dir", "/s", "--", "ls", "-la"],
+            // The global option before the subcommand, as tether-sdk gives it.
+            &["--state-dir", "/s", "run", "--receipt", "/tmp/r.json", "-c", "ls"],
+            &["--state-dir=/s", "run", "--", "ls"],
         ] {
             let args = os(args);
             let fast = parse_run_fast(&args, None).map(|(g, r)| format!("{g:?} {r:?}"));
