@@ -2104,6 +2104,31 @@ for i in $(seq 50); do {PY} -c "import urllib.request; print(urllib.request.urlo
     }
 }
 
+/// The sandbox builds itself on CPUs of its own choosing (init apart from
+/// the launcher); the command and the processes it makes may use every CPU
+/// the launcher may, as outside. Judged by the kernel's own account of each.
+#[test]
+fn the_command_may_use_every_cpu_the_launcher_may() {
+    let w = World::new();
+    let allowed = |status: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            .map(|v| v.trim().to_string())
+            .unwrap_or_else(|| panic!("no Cpus_allowed_list in {status}"))
+    };
+    let host = allowed(&std::fs::read_to_string("/proc/self/status").unwrap());
+    // The command, a process it forks, and init (pid 1) once the command runs.
+    let o = w.run("cat /proc/self/status; sh -c 'cat /proc/self/status'; cat /proc/1/status");
+    assert!(o.status.success(), "{}", text(&o));
+    let inside: Vec<String> = stdout(&o)
+        .lines()
+        .filter_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .map(|v| v.trim().to_string())
+        .collect();
+    assert_eq!(inside, vec![host.clone(), host.clone(), host], "{}", text(&o));
+}
+
 #[test]
 fn exit_codes_follow_the_contract() {
     let w = World::new();

@@ -391,6 +391,8 @@ struct Prepared {
     argv: Vec<CString>,
     envp: Vec<CString>,
     seccomp: Vec<seccompiler::BpfProgram>,
+    /// Where the sandbox's own processes run while it builds itself.
+    cpus: Option<Cpus>,
 }
 
 /// Run the plan: returns when the command (and with it the whole sandbox) has ended.
@@ -432,6 +434,7 @@ pub fn run(
         argv: plan.argv.iter().map(cstr).collect(),
         envp: plan.env.iter().map(|(k, v)| cstr(format!("{k}={v}"))).collect(),
         seccomp: super::seccomp::filters(plan.create_guard.is_some()).map_err(|e| setup("seccomp filter", e))?,
+        cpus: Cpus::apart(),
     };
     // The create guard's channel (the command sends it its seccomp listener)
     // and its report of refusals, read once the command has ended.
@@ -537,6 +540,9 @@ pub fn run(
             },
             self_attach,
         );
+    }
+    if let Some(c) = &prepared.cpus {
+        c.set(pid as libc::pid_t, &c.others);
     }
     // The sandbox's ends: init and the command hold their own copies.
     drop(guard_fds);
@@ -1154,7 +1160,7 @@ fn init(
     if let Err(e) = std::env::set_current_dir("/") {
         fail(&err, "chdir /", e, 125);
     }
-    let mut helper = Helper::start(&err, !plan.host_network, &overlay_dirs);
+    let mut helper = Helper::start(&err, !plan.host_network, &overlay_dirs, prep.cpus.as_ref());
     if let Err((step, e)) = build_filesystem(plan, &mut helper, &err) {
         fail(&err, &step, e, 125);
     }
@@ -1225,6 +1231,11 @@ fn init(
         let channel = guard_fds.map(|g| g.command_end);
         command(plan, prep, &err, io, ready_r, channel);
     }
+    // Built: init and the create guard (a thread of init's, started below)
+    // go wherever the command's processes go (see `Cpus`).
+    if let Some(c) = &prep.cpus {
+        c.set(0, &c.all);
+    }
     drop(ready_r);
     drop(io);
     if let (Some(g), Some(rules)) = (guard_fds, &plan.create_guard) {
@@ -1285,7 +1296,7 @@ struct Helper {
 const HELPER_FAILED: i32 = 125;
 
 impl Helper {
-    fn start(err: &OwnedFd, make_netns: bool, overlays: &OverlayDirs) -> Helper {
+    fn start(err: &OwnedFd, make_netns: bool, overlays: &OverlayDirs, cpus: Option<&Cpus>) -> Helper {
         let (ready_r, ready_w) = match pipe() {
             Ok(p) => p,
             Err(e) => fail(err, "pipe", e, 125),
@@ -1303,6 +1314,9 @@ impl Helper {
         let pid = unsafe { libc::fork() };
         if pid < 0 {
             fail(err, "fork init's helper", errno(), 125);
+        }
+        if let Some(c) = cpus.filter(|_| pid > 0) {
+            c.set(pid, &c.launchers);
         }
         if pid == 0 {
             drop(ready_r);
@@ -2279,8 +2293,61 @@ fn loopback_up() -> std::io::Result<()> {
     }
 }
 
+/// The CPUs the sandbox's own processes run on while it builds itself.
+///
+/// The launcher, init and init's helper work at once (see `Helper`), but a
+/// scheduler that packs new processes onto busy CPUs (a virtual machine's,
+/// to let the others idle) starts init on the launcher's CPU, where it waits
+/// until the launcher blocks: most of the launcher's work after the clone
+/// (the capture, the audit record, the protected paths' snapshot) is then on
+/// the run's path again. So init runs on the other CPUs, and its helper, made
+/// once the launcher has little left to do, on the launcher's; the command,
+/// and init once it has forked it, get every CPU back. Only when this
+/// process may use more than one CPU.
+struct Cpus {
+    /// Every CPU this process may use: the command's.
+    all: libc::cpu_set_t,
+    /// The launcher's CPU when it cloned init: the helper's.
+    launchers: libc::cpu_set_t,
+    /// The others: init's.
+    others: libc::cpu_set_t,
+}
+
+impl Cpus {
+    fn apart() -> Option<Cpus> {
+        // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_getaffinity
+        // writes at most its size; sched_getcpu has no arguments; CPU_* work
+        // on local sets.
+        unsafe {
+            let mut all: libc::cpu_set_t = std::mem::zeroed();
+            if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut all) != 0 {
+                return None;
+            }
+            let here = usize::try_from(libc::sched_getcpu()).ok()?;
+            if !libc::CPU_ISSET(here, &all) || libc::CPU_COUNT(&all) < 2 {
+                return None;
+            }
+            let mut launchers: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(here, &mut launchers);
+            let mut others = all;
+            libc::CPU_CLR(here, &mut others);
+            Some(Cpus { all, launchers, others })
+        }
+    }
+
+    /// A hint to the scheduler: a failure changes where `pid` runs, nothing else.
+    fn set(&self, pid: libc::pid_t, cpus: &libc::cpu_set_t) {
+        // SAFETY: sched_setaffinity of ourselves or a child with a set in memory.
+        unsafe { libc::sched_setaffinity(pid, std::mem::size_of::<libc::cpu_set_t>(), cpus) };
+    }
+}
+
 /// The command process: final confinement, then execve. Never returns.
 fn command(plan: &Plan, prep: &Prepared, err: &OwnedFd, io: ChildIo, ready: OwnedFd, guard: Option<OwnedFd>) -> ! {
+    // Every CPU the launcher may use, as outside (see `Cpus`).
+    if let Some(c) = &prep.cpus {
+        c.set(0, &c.all);
+    }
     // Back to default signal handling and an empty mask: init blocks the
     // signals it forwards, and the Rust runtime ignores SIGPIPE, which an
     // exec would keep (`yes | head -1` must end `yes` by SIGPIPE, as outside).
