@@ -1231,9 +1231,12 @@ fn init(
         let channel = guard_fds.map(|g| g.command_end);
         command(plan, prep, &err, io, ready_r, channel);
     }
-    // Built: init and the create guard (a thread of init's, started below)
-    // go wherever the command's processes go (see `Cpus`).
+    // The command starts on the launcher's CPU, idle while it waits for the
+    // command's end, while init finishes here; then init and the create
+    // guard (a thread of init's, started below) go wherever the command's
+    // processes go (see `Cpus`).
     if let Some(c) = &prep.cpus {
+        c.set(child, &c.launchers);
         c.set(0, &c.all);
     }
     drop(ready_r);
@@ -2301,9 +2304,10 @@ fn loopback_up() -> std::io::Result<()> {
 /// until the launcher blocks: most of the launcher's work after the clone
 /// (the capture, the audit record, the protected paths' snapshot) is then on
 /// the run's path again. So init runs on the other CPUs, and its helper, made
-/// once the launcher has little left to do, on the launcher's; the command,
-/// and init once it has forked it, get every CPU back. Only when this
-/// process may use more than one CPU.
+/// once the launcher has little left to do, on the launcher's, as the
+/// command does when it starts (init still has work then, the launcher
+/// none); the command, and init once it has forked it, get every CPU back.
+/// Only when this process may use more than one CPU.
 struct Cpus {
     /// Every CPU this process may use: the command's.
     all: libc::cpu_set_t,
