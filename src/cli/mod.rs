@@ -1189,6 +1189,14 @@ mod tests {
             &["run", "--help"],
             &["run", "-h"],
             &["run"],
+            // The global option first, as tether-sdk gives it: `main` hands
+            // what the fast reading refuses of these to `RunCli` too.
+            &["--state-dir", "/s", "run", "--", "/bin/true"],
+            &["--state-dir", "/s", "run", "--bogus"],
+            &["--state-dir", "/s", "run", "--help"],
+            &["--state-dir=/s", "run"],
+            &["--state-dir", "/s", "run", "--state-dir", "/t", "-c", "ls"],
+            &["--state-dir", "run", "-c", "ls"],
         ];
         for args in cases {
             assert_eq!(parsed(true, args), parsed(false, args), "{args:?}");

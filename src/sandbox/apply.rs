@@ -401,8 +401,9 @@ struct Prepared {
 /// the launcher's own (a preview records them).
 /// `before_release` runs in the launcher once init exists and its id maps are
 /// written, before init goes on to open what the plan names (a capture's
-/// directories, which it makes); init meanwhile empties its capability
-/// bounding set, so work done there is off the run's path.
+/// directories, which it makes): alongside the kernel's making of init and
+/// init's first steps rather than before the clone. Init waits for it once
+/// it has emptied its capability bounding set.
 /// `before_exec` runs in the launcher while the sandbox is being built; the
 /// command starts only after it returns `Ok`. On `Err` from either, the
 /// sandbox is killed before the command starts and `run` returns
@@ -1231,10 +1232,11 @@ fn init(
         let channel = guard_fds.map(|g| g.command_end);
         command(plan, prep, &err, io, ready_r, channel);
     }
-    // The command starts on the launcher's CPU, idle while it waits for the
-    // command's end, while init finishes here; then init and the create
-    // guard (a thread of init's, started below) go wherever the command's
-    // processes go (see `Cpus`).
+    // The command confines itself on the launcher's CPU, idle while it waits
+    // for the command's end, while init finishes here (it takes every CPU
+    // back once `ready` is written below); init and the create guard (a
+    // thread of init's, started below) go wherever the command's processes
+    // go (see `Cpus`).
     if let Some(c) = &prep.cpus {
         c.set(child, &c.launchers);
         c.set(0, &c.all);
@@ -2309,7 +2311,8 @@ fn loopback_up() -> std::io::Result<()> {
 /// none); the command, and init once it has forked it, get every CPU back.
 /// Only when this process may use more than one CPU.
 struct Cpus {
-    /// Every CPU this process may use: the command's.
+    /// Every CPU this process may use, as `Cpus_allowed` in its status says
+    /// (offline ones too, which `sched_getaffinity` leaves out): the command's.
     all: libc::cpu_set_t,
     /// The launcher's CPU when it cloned init: the helper's.
     launchers: libc::cpu_set_t,
@@ -2335,23 +2338,47 @@ impl Cpus {
             libc::CPU_SET(here, &mut launchers);
             let mut others = all;
             libc::CPU_CLR(here, &mut others);
+            let all = allowed_cpus()?;
             Some(Cpus { all, launchers, others })
         }
     }
 
-    /// A hint to the scheduler: a failure changes where `pid` runs, nothing else.
+    /// A hint to the scheduler: a failure changes where `pid` runs, nothing
+    /// else (but see `command`: the command's own call is the last).
     fn set(&self, pid: libc::pid_t, cpus: &libc::cpu_set_t) {
         // SAFETY: sched_setaffinity of ourselves or a child with a set in memory.
         unsafe { libc::sched_setaffinity(pid, std::mem::size_of::<libc::cpu_set_t>(), cpus) };
     }
 }
 
+/// This process's CPU mask as the kernel keeps it (`Cpus_allowed:` in
+/// `/proc/self/status`: hexadecimal words of 32 CPUs, the highest first).
+fn allowed_cpus() -> Option<libc::cpu_set_t> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    cpu_mask(status.lines().find_map(|l| l.strip_prefix("Cpus_allowed:"))?.trim())
+}
+
+/// A CPU mask as procfs writes it (`ff,00000001`: CPUs 0 and 32 to 39); `None`
+/// if it does not read as one, or names no CPU.
+fn cpu_mask(hex: &str) -> Option<libc::cpu_set_t> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET on a local set
+    // for CPUs below its size only.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    let size = 8 * std::mem::size_of::<libc::cpu_set_t>();
+    for (i, word) in hex.rsplit(',').enumerate() {
+        let bits = u32::from_str_radix(word, 16).ok()?;
+        for b in 0..32 {
+            let cpu = 32 * i + b;
+            if bits & (1 << b) != 0 && cpu < size {
+                unsafe { libc::CPU_SET(cpu, &mut set) };
+            }
+        }
+    }
+    (unsafe { libc::CPU_COUNT(&set) } > 0).then_some(set)
+}
+
 /// The command process: final confinement, then execve. Never returns.
 fn command(plan: &Plan, prep: &Prepared, err: &OwnedFd, io: ChildIo, ready: OwnedFd, guard: Option<OwnedFd>) -> ! {
-    // Every CPU the launcher may use, as outside (see `Cpus`).
-    if let Some(c) = &prep.cpus {
-        c.set(0, &c.all);
-    }
     // Back to default signal handling and an empty mask: init blocks the
     // signals it forwards, and the Rust runtime ignores SIGPIPE, which an
     // exec would keep (`yes | head -1` must end `yes` by SIGPIPE, as outside).
@@ -2433,6 +2460,12 @@ fn command(plan: &Plan, prep: &Prepared, err: &OwnedFd, io: ChildIo, ready: Owne
             // SAFETY: exiting the copied process without destructors.
             unsafe { libc::_exit(125) };
         }
+    }
+    // Every CPU the launcher may use, as outside (see `Cpus`). After
+    // `ready`, which init writes only once it has placed this process: the
+    // last word on where the command runs is this one.
+    if let Some(c) = &prep.cpus {
+        c.set(0, &c.all);
     }
     exec(plan, prep, err)
 }
@@ -2559,4 +2592,38 @@ fn exec(plan: &Plan, prep: &Prepared, err: &OwnedFd) -> ! {
     };
     let reason = format!("{prog}: {what} ({})", std::io::Error::from_raw_os_error(last));
     fail(err, &format!("exec:{code}"), reason, code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The CPUs a set holds.
+    fn listed(set: &libc::cpu_set_t) -> Vec<usize> {
+        // SAFETY: CPU_ISSET reads a local set, below its size.
+        (0..8 * std::mem::size_of::<libc::cpu_set_t>())
+            .filter(|&c| unsafe { libc::CPU_ISSET(c, set) })
+            .collect()
+    }
+
+    #[test]
+    fn cpu_masks_read_as_procfs_writes_them() {
+        let cpus = |hex: &str| cpu_mask(hex).map(|s| listed(&s));
+        assert_eq!(cpus("3"), Some(vec![0, 1]));
+        let mut high: Vec<usize> = vec![0];
+        high.extend(32..40);
+        assert_eq!(cpus("ff,00000001"), Some(high));
+        assert_eq!(cpus("00000000"), None);
+        assert_eq!(cpus("zz"), None);
+        // This process's own mask, as the kernel keeps it, holds every CPU
+        // it may run on now.
+        let own = listed(&allowed_cpus().expect("Cpus_allowed in /proc/self/status"));
+        // SAFETY: a zeroed set for sched_getaffinity to fill, of its size.
+        let mut online: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        assert_eq!(
+            unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut online) },
+            0
+        );
+        assert!(listed(&online).iter().all(|c| own.contains(c)), "{own:?}");
+    }
 }

@@ -345,9 +345,11 @@ fn maker_alive(name: &std::ffi::OsStr) -> bool {
 /// A run's plan names the capture's directories, and init opens them only
 /// once the launcher has written its id maps; making them (a spare skeleton
 /// taken, its lock, the git directories' own upper and work directories)
-/// waits until then, while init drops its capability bounding set, instead
-/// of before the sandbox is cloned: off the path every run in a git
-/// repository waits on (see `sandbox::apply::run`'s `before_release`).
+/// waits until then, alongside the kernel's making of init and init's first
+/// steps, instead of before the sandbox is cloned (see
+/// `sandbox::apply::run`'s `before_release`). Its start, which the check of
+/// the person's concurrent changes compares times with, is when it was
+/// decided, as it was when captures were made then.
 #[derive(Debug)]
 pub struct PlannedCapture {
     dir: PathBuf,
@@ -361,13 +363,15 @@ pub struct PlannedCapture {
     spares: Option<PathBuf>,
     /// Relative to the workspace: the git directories captured one by one.
     subtrees: Vec<PathBuf>,
+    started: SystemTime,
 }
 
 impl PlannedCapture {
     /// Decide where one run's capture goes; nothing is made but the
     /// directory beside the workspace that captures there share.
     pub fn new(state: &Path, workspace: &Path) -> PlannedCapture {
-        let nanos = SystemTime::now()
+        let started = SystemTime::now();
+        let nanos = started
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
         let name = format!("{}-{nanos}", std::process::id());
@@ -391,6 +395,7 @@ impl PlannedCapture {
             owner,
             spares,
             subtrees: Vec::new(),
+            started,
         }
     }
 
@@ -452,18 +457,24 @@ impl PlannedCapture {
                 }
             }
         }
+        // Made, but neither locked nor linked: on a failure from here it goes
+        // (recovery would never find one beside the workspace without its link).
+        let made = |e: WorkspaceError| {
+            remove_capture(dir);
+            e
+        };
         // The lock is on the capture directory itself (flock works on any
         // open file): one file fewer to make and remove on every run.
-        let file = std::fs::File::open(dir).map_err(|e| err(dir, e))?;
-        let lock =
-            lock_exclusive(file, true).ok_or_else(|| err(dir, std::io::Error::other("cannot lock the capture")))?;
+        let file = std::fs::File::open(dir).map_err(|e| made(err(dir, e)))?;
+        let lock = lock_exclusive(file, true)
+            .ok_or_else(|| made(err(dir, std::io::Error::other("cannot lock the capture"))))?;
         // Recovery finds a capture beside the workspace through this link.
         // Nothing has been written through the capture yet, so a launcher
         // killed before the link exists leaves only an empty capture behind.
         let link = if self.beside {
             let link = overlays_dir(&self.state).join(&self.name);
-            std::fs::create_dir_all(overlays_dir(&self.state)).map_err(|e| err(&link, e))?;
-            std::os::unix::fs::symlink(dir, &link).map_err(|e| err(&link, e))?;
+            std::fs::create_dir_all(overlays_dir(&self.state)).map_err(|e| made(err(&link, e)))?;
+            std::os::unix::fs::symlink(dir, &link).map_err(|e| made(err(&link, e)))?;
             Some(link)
         } else {
             None
@@ -474,7 +485,7 @@ impl PlannedCapture {
             workspace: self.workspace,
             link,
             _lock: lock,
-            started: SystemTime::now(),
+            started: self.started,
             subtrees: Vec::new(),
             spares: self.spares,
         };
