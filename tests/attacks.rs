@@ -2524,6 +2524,49 @@ fn a_tool_directory_on_path_linked_in_another_workspace_shows_nothing() {
     assert!(stdout(&c).contains("TOPSECRET"), "control: {}", text(&c));
 }
 
+/// A PATH directory the sandbox leaves out for what its path names (a
+/// private directory, here `.config`) is listed in the receipt with why,
+/// not dropped silently. Judged from the host: the tool there does not run,
+/// and the receipt names the directory; the control, the same tool in a
+/// directory of another name, runs.
+#[test]
+fn a_path_directory_left_out_is_named_in_the_receipt() {
+    let w = World::new();
+    let (_dir, home) = real_host_dir();
+    let tool = |bin: &Path| {
+        std::fs::create_dir_all(bin).unwrap();
+        std::fs::write(bin.join("my-tool"), "#!/bin/sh\necho my-tool ran\n").unwrap();
+        std::fs::set_permissions(bin.join("my-tool"), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    };
+    let private = home.join(".config/tools/bin");
+    tool(&private);
+    let receipt = w.outside.join("receipt.json");
+    let o = w
+        .command(&["run", "--receipt", receipt.to_str().unwrap(), "-c", "my-tool"])
+        .env("PATH", format!("{}:/usr/bin:/bin", private.display()))
+        .output()
+        .unwrap();
+    assert!(!stdout(&o).contains("my-tool ran"), "{}", text(&o));
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&receipt).unwrap()).unwrap();
+    let listed = r["isolation"]["not_shown"].as_array().cloned().unwrap_or_default();
+    assert!(
+        listed.iter().any(|n| n["path"] == private.display().to_string()
+            && n["why"].as_str().is_some_and(|w| w.contains("private directory"))),
+        "{r}"
+    );
+    // Control: the same tool elsewhere runs, and nothing is listed.
+    let shown = home.join("tools/bin");
+    tool(&shown);
+    let c = w
+        .command(&["run", "--receipt", receipt.to_str().unwrap(), "-c", "my-tool"])
+        .env("PATH", format!("{}:/usr/bin:/bin", shown.display()))
+        .output()
+        .unwrap();
+    assert!(stdout(&c).contains("my-tool ran"), "control: {}", text(&c));
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&receipt).unwrap()).unwrap();
+    assert!(r["isolation"]["not_shown"].is_null(), "control: {r}");
+}
+
 #[test]
 fn a_tool_directory_in_another_workspace_is_never_widened_to_that_workspace() {
     // `~/B/bin` on PATH (direnv's `PATH_add bin`) while the agent works in

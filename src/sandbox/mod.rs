@@ -185,7 +185,20 @@ pub fn host_facts(
             .is_some_and(|k: &PathBuf| k.starts_with(d))
     };
     let mut extra_tool_dirs = without_nested(extra_tool_dirs);
-    extra_tool_dirs.retain(|d| reachable(d) && !holds_key(d));
+    extra_tool_dirs.retain(|d| {
+        let why = if !reachable(d) {
+            format!(
+                "the workspace's owner (uid {}), whom the sandbox acts as, cannot reach it on the host",
+                owner.0
+            )
+        } else if holds_key(d) {
+            "it holds the approver's key".to_string()
+        } else {
+            return true;
+        };
+        tool_dirs_not_shown.push((d.display().to_string(), why));
+        false
+    });
     // A virtualenv's base interpreter (`home = DIR` in its pyvenv.cfg), when
     // it lives outside the system tree (pyenv, uv): its `bin` and the `lib`
     // and `include` beside it, and nothing else of that prefix. The file is the workspace's, so the run before this one may

@@ -279,7 +279,8 @@ pub struct Plan {
     /// reads the layout with them.
     #[serde(skip)]
     pub found_trees: Vec<PathBuf>,
-    /// PATH entries not shown, and why (see [`HostFacts::tool_dirs_not_shown`]).
+    /// Tool directories (PATH entries, virtualenv prefixes) not shown, and
+    /// why: [`HostFacts::tool_dirs_not_shown`] and those the plan leaves out.
     #[serde(skip)]
     pub not_shown: Vec<(String, String)>,
 }
@@ -344,8 +345,9 @@ pub struct HostFacts {
     /// PATH entries that are directories outside the system tree (resolved).
     pub extra_tool_dirs: Vec<PathBuf>,
     /// PATH entries not shown, and why (reached through a link where
-    /// sandboxed commands write, or links that loop): said in the receipt,
-    /// not silently left out.
+    /// sandboxed commands write, links that loop, a directory the workspace's
+    /// owner cannot reach or that holds the approver's key): said in the
+    /// receipt, not silently left out.
     pub tool_dirs_not_shown: Vec<(String, String)>,
     /// Interpreter prefixes of workspace virtualenvs (`home =` in pyvenv.cfg).
     pub venv_prefixes: Vec<PathBuf>,
@@ -615,6 +617,9 @@ pub fn environment(
     env
 }
 
+/// Directories shown from PATH and virtualenvs, at most.
+const MAX_TOOL_DIRS: usize = 16;
+
 /// Build the plan. Pure: every input is an argument.
 pub fn build(
     policy: &Policy,
@@ -676,8 +681,10 @@ pub fn build(
             writable: false,
         });
     }
-    // Tools on PATH and virtualenv interpreters that live outside the system tree.
+    // Tools on PATH and virtualenv interpreters that live outside the system
+    // tree; those left out are listed, with why.
     let mut extra: Vec<PathBuf> = Vec::new();
+    let mut not_shown = facts.tool_dirs_not_shown.clone();
     for d in facts.extra_tool_dirs.iter().chain(&facts.venv_prefixes) {
         let covered = d.starts_with(workspace)
             || extra.iter().any(|e| d.starts_with(e))
@@ -689,9 +696,19 @@ pub fn build(
                 ".ssh" | ".gnupg" | ".aws" | ".kube" | ".docker" | ".config" | ".netrc" | ".password-store"
             )
         });
-        if !covered && !private && !d.starts_with(state_dir) && !state_dir.starts_with(d) && extra.len() < 16 {
+        let why = if covered {
+            continue;
+        } else if private {
+            "its path names a private directory (.ssh, .gnupg, .aws, .kube, .docker, .config, .netrc, .password-store)"
+        } else if d.starts_with(state_dir) || state_dir.starts_with(d) {
+            "it is or holds tether-exec's state directory"
+        } else if extra.len() >= MAX_TOOL_DIRS {
+            "past the 16 directories shown from PATH and virtualenvs"
+        } else {
             extra.push(d.clone());
-        }
+            continue;
+        };
+        not_shown.push((d.display().to_string(), why.to_string()));
     }
     for d in &extra {
         mounts.push(Mount::Bind {
@@ -1067,7 +1084,7 @@ pub fn build(
         workspace_identities,
         create_guard,
         found_trees: facts.found_trees.clone(),
-        not_shown: facts.tool_dirs_not_shown.clone(),
+        not_shown,
         argv,
         env,
         path,
