@@ -49,7 +49,8 @@ pub struct Isolation {
     pub no_new_privs: bool,
     pub capabilities: &'static str,
     pub rlimits: Vec<(String, u64)>,
-    /// PATH entries not shown inside, and why (absent when none).
+    /// Tool directories (from PATH, widened to their prefix, and
+    /// virtualenvs') not shown inside, and why (absent when none).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub not_shown: Vec<NotShown>,
 }

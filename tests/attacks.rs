@@ -2547,6 +2547,12 @@ fn a_path_directory_left_out_is_named_in_the_receipt() {
         .output()
         .unwrap();
     assert!(!stdout(&o).contains("my-tool ran"), "{}", text(&o));
+    assert_eq!(
+        o.status.code(),
+        Some(127),
+        "not found, not a failed set-up: {}",
+        text(&o)
+    );
     let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&receipt).unwrap()).unwrap();
     let listed = r["isolation"]["not_shown"].as_array().cloned().unwrap_or_default();
     assert!(

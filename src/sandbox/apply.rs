@@ -2369,7 +2369,12 @@ fn cpu_mask(hex: &str) -> Option<libc::cpu_set_t> {
         let bits = u32::from_str_radix(word, 16).ok()?;
         for b in 0..32 {
             let cpu = 32 * i + b;
-            if bits & (1 << b) != 0 && cpu < size {
+            if bits & (1 << b) != 0 {
+                // More CPUs than a set holds: no placing at all, rather
+                // than a command given fewer.
+                if cpu >= size {
+                    return None;
+                }
                 unsafe { libc::CPU_SET(cpu, &mut set) };
             }
         }

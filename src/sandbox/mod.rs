@@ -184,7 +184,9 @@ pub fn host_facts(
             .as_ref()
             .is_some_and(|k: &PathBuf| k.starts_with(d))
     };
-    let mut extra_tool_dirs = without_nested(extra_tool_dirs);
+    // Nested directories are left to the plan, which binds one inside a
+    // shown directory no second time: one left out here or there does not
+    // take a shown one inside it along, unlisted.
     extra_tool_dirs.retain(|d| {
         let why = if !reachable(d) {
             format!(
@@ -196,7 +198,7 @@ pub fn host_facts(
         } else {
             return true;
         };
-        tool_dirs_not_shown.push((d.display().to_string(), why));
+        note_not_shown(&mut tool_dirs_not_shown, d, why);
         false
     });
     // A virtualenv's base interpreter (`home = DIR` in its pyvenv.cfg), when
@@ -247,7 +249,16 @@ pub fn host_facts(
                 })
                 .filter(|d| d.is_dir());
             for d in std::iter::once(bin.clone()).chain(beside) {
-                if reachable(&d) && !holds_key(&d) && !venv_prefixes.contains(&d) {
+                if !reachable(&d) {
+                    let why = format!(
+                        "a virtualenv's interpreter directory the workspace's owner (uid {}), whom the sandbox acts as, cannot reach on the host",
+                        owner.0
+                    );
+                    note_not_shown(&mut tool_dirs_not_shown, &d, why);
+                } else if holds_key(&d) {
+                    let why = "a virtualenv's interpreter directory that holds the approver's key".to_string();
+                    note_not_shown(&mut tool_dirs_not_shown, &d, why);
+                } else if !venv_prefixes.contains(&d) {
                     venv_prefixes.push(d);
                 }
             }
@@ -502,11 +513,12 @@ fn reachable_by(path: &Path, uid: u32, gid: u32) -> bool {
 /// Directories not inside another one of the list: a bind of the outer one
 /// already exposes them (and one bound before its ancestor would only end
 /// up hidden beneath it). Order kept.
-fn without_nested(dirs: Vec<PathBuf>) -> Vec<PathBuf> {
-    dirs.iter()
-        .filter(|d| !dirs.iter().any(|o| o != *d && d.starts_with(o)))
-        .cloned()
-        .collect()
+/// Lists a tool directory left out, once.
+fn note_not_shown(list: &mut Vec<(String, String)>, dir: &Path, why: String) {
+    let path = dir.display().to_string();
+    if !list.iter().any(|(p, _)| *p == path) {
+        list.push((path, why));
+    }
 }
 
 /// Adds the links one resolution followed to `all`, each once.
@@ -714,26 +726,6 @@ mod tests {
                 other.join("link"),
                 crate::workspace::WrittenBy::Workspace(other.clone())
             )
-        );
-    }
-
-    #[test]
-    fn tool_directories_inside_another_are_not_bound_again() {
-        let dirs: Vec<PathBuf> = [
-            "/root/.pyenv/plugins/pyenv-virtualenv",
-            "/root/.cargo/bin",
-            "/root/.pyenv",
-            "/root/.pyenv-other",
-        ]
-        .iter()
-        .map(PathBuf::from)
-        .collect();
-        assert_eq!(
-            without_nested(dirs),
-            ["/root/.cargo/bin", "/root/.pyenv", "/root/.pyenv-other"]
-                .iter()
-                .map(PathBuf::from)
-                .collect::<Vec<_>>()
         );
     }
 }

@@ -344,10 +344,11 @@ pub struct HostFacts {
     pub env: Vec<(String, String)>,
     /// PATH entries that are directories outside the system tree (resolved).
     pub extra_tool_dirs: Vec<PathBuf>,
-    /// PATH entries not shown, and why (reached through a link where
-    /// sandboxed commands write, links that loop, a directory the workspace's
-    /// owner cannot reach or that holds the approver's key): said in the
-    /// receipt, not silently left out.
+    /// Tool directories not shown, and why (PATH entries reached through a
+    /// link where sandboxed commands write or whose links loop, by their
+    /// text; a directory the workspace's owner cannot reach or that holds the
+    /// approver's key, from PATH or a virtualenv, by its real path): said in
+    /// the receipt, not silently left out.
     pub tool_dirs_not_shown: Vec<(String, String)>,
     /// Interpreter prefixes of workspace virtualenvs (`home =` in pyvenv.cfg).
     pub venv_prefixes: Vec<PathBuf>,
@@ -685,7 +686,11 @@ pub fn build(
     // tree; those left out are listed, with why.
     let mut extra: Vec<PathBuf> = Vec::new();
     let mut not_shown = facts.tool_dirs_not_shown.clone();
-    for d in facts.extra_tool_dirs.iter().chain(&facts.venv_prefixes) {
+    // Outermost first, so that one inside a shown directory counts as shown.
+    let mut candidates: Vec<&PathBuf> = facts.extra_tool_dirs.iter().chain(&facts.venv_prefixes).collect();
+    candidates.sort_by(|a, b| a.components().count().cmp(&b.components().count()).then(a.cmp(b)));
+    candidates.dedup();
+    for d in candidates {
         let covered = d.starts_with(workspace)
             || extra.iter().any(|e| d.starts_with(e))
             || SYSTEM_DIRS.iter().any(|s| d.starts_with(Path::new("/").join(s)));
@@ -701,14 +706,17 @@ pub fn build(
         } else if private {
             "its path names a private directory (.ssh, .gnupg, .aws, .kube, .docker, .config, .netrc, .password-store)"
         } else if d.starts_with(state_dir) || state_dir.starts_with(d) {
-            "it is or holds tether-exec's state directory"
+            "it is, holds or lies in tether-exec's state directory"
         } else if extra.len() >= MAX_TOOL_DIRS {
             "past the 16 directories shown from PATH and virtualenvs"
         } else {
             extra.push(d.clone());
             continue;
         };
-        not_shown.push((d.display().to_string(), why.to_string()));
+        let path = d.display().to_string();
+        if !not_shown.iter().any(|(p, _)| *p == path) {
+            not_shown.push((path, why.to_string()));
+        }
     }
     for d in &extra {
         mounts.push(Mount::Bind {
@@ -1597,6 +1605,45 @@ mod tests {
     /// [`plan_in_w`] with the state directory at `state`.
     fn plan_in_w_with_state(p: &Policy, f: &HostFacts, state: &str) -> Plan {
         build(p, f, Path::new("/w"), Path::new("/w"), vec![], Path::new(state)).unwrap()
+    }
+
+    #[test]
+    fn tool_directories_inside_a_shown_one_are_bound_once_and_those_left_out_are_listed_once() {
+        let mut f = facts();
+        f.extra_tool_dirs = [
+            "/root/.pyenv/plugins/pv",
+            "/root/.cargo/bin",
+            "/root/.pyenv",
+            "/srv/t",
+            "/srv/t/bin",
+        ]
+        .iter()
+        .map(PathBuf::from)
+        .collect();
+        // A virtualenv's prefix that is also on PATH, under a private name.
+        f.venv_prefixes = vec![PathBuf::from("/root/.config/py/bin")];
+        f.extra_tool_dirs.push(PathBuf::from("/root/.config/py/bin"));
+        let plan = plan_in_w_with_state(&Policy::embedded_default(), &f, "/srv/t/state");
+        let bound: Vec<&Path> = plan
+            .mounts
+            .iter()
+            .filter_map(|m| match m {
+                Mount::Bind { src, .. } if src.starts_with("/root") || src.starts_with("/srv") => Some(src.as_path()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            bound,
+            [
+                Path::new("/root/.pyenv"),
+                Path::new("/root/.cargo/bin"),
+                Path::new("/srv/t/bin")
+            ]
+        );
+        // `/srv/t` holds the state directory: left out, listed; `/srv/t/bin`
+        // inside it holds nothing of it and is shown. The private one once.
+        let listed: Vec<&str> = plan.not_shown.iter().map(|(p, _)| p.as_str()).collect();
+        assert_eq!(listed, ["/srv/t", "/root/.config/py/bin"], "{:?}", plan.not_shown);
     }
 
     #[test]

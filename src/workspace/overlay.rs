@@ -451,9 +451,13 @@ impl PlannedCapture {
                 private().map_err(|e| err(dir, e))?;
             }
             for d in [dir.join("upper"), dir.join("work")] {
-                std::fs::create_dir(&d).map_err(|e| err(&d, e))?;
-                if let Some((u, g)) = self.owner {
-                    std::os::unix::fs::chown(&d, Some(u), Some(g)).map_err(|e| err(&d, e))?;
+                let made = std::fs::create_dir(&d).and_then(|()| match self.owner {
+                    Some((u, g)) => std::os::unix::fs::chown(&d, Some(u), Some(g)),
+                    None => Ok(()),
+                });
+                if let Err(e) = made {
+                    remove_capture(dir);
+                    return Err(err(&d, e));
                 }
             }
         }
