@@ -2295,13 +2295,7 @@ fn a_path_directory_named_through_a_version_link_finds_its_tools() {
     let base = host_dir();
     let b = std::fs::canonicalize(base.path()).unwrap();
     let java = b.join("candidates/java");
-    std::fs::create_dir_all(java.join("21/bin")).unwrap();
-    std::fs::write(java.join("21/bin/javax"), "#!/bin/sh\necho javax 21\n").unwrap();
-    std::fs::set_permissions(
-        java.join("21/bin/javax"),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
+    write_program(&java.join("21/bin/javax"), "#!/bin/sh\necho javax 21\n");
     std::os::unix::fs::symlink("21", java.join("current")).unwrap();
     let w = World::new();
     let o = run_with_on_path(&w, &java.join("current/bin"), "javax");
@@ -2533,11 +2527,7 @@ fn a_tool_directory_on_path_linked_in_another_workspace_shows_nothing() {
 fn a_path_directory_left_out_is_named_in_the_receipt() {
     let w = World::new();
     let (_dir, home) = real_host_dir();
-    let tool = |bin: &Path| {
-        std::fs::create_dir_all(bin).unwrap();
-        std::fs::write(bin.join("my-tool"), "#!/bin/sh\necho my-tool ran\n").unwrap();
-        std::fs::set_permissions(bin.join("my-tool"), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    };
+    let tool = |bin: &Path| write_program(&bin.join("my-tool"), "#!/bin/sh\necho my-tool ran\n");
     let private = home.join(".config/tools/bin");
     tool(&private);
     let receipt = w.outside.join("receipt.json");
@@ -2581,13 +2571,7 @@ fn a_tool_directory_in_another_workspace_is_never_widened_to_that_workspace() {
     // all of B, its `.env` too.
     let w = World::new();
     let (_dir, other) = real_host_dir();
-    std::fs::create_dir_all(other.join("bin")).unwrap();
-    std::fs::write(other.join("bin/b-tool"), "#!/bin/sh\necho b-tool ran\n").unwrap();
-    std::fs::set_permissions(
-        other.join("bin/b-tool"),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
+    write_program(&other.join("bin/b-tool"), "#!/bin/sh\necho b-tool ran\n");
     std::fs::write(other.join(".env"), "TOKEN=TOPSECRET\n").unwrap();
     let o = w
         .command(&["run", "--workspace", other.to_str().unwrap(), "-c", "mkdir lib"])

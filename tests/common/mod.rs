@@ -243,14 +243,20 @@ pub fn git_in(dir: &Path, args: &[&str]) {
     assert!(o.status.success(), "git {args:?} in {}: {}", dir.display(), text(&o));
 }
 
+/// An executable file at `path` (its directories made) holding `text`.
+pub fn write_program(path: &Path, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+}
+
 /// A program outside the workspace that appends the directory it runs in to
 /// a log when git runs it as `core.fsmonitor`: (the `[core]` lines that
 /// would have git run it, for `printf`; the log).
 pub fn planted_fsmonitor(w: &World) -> (String, PathBuf) {
     let log = w.outside.join("git-ran-the-planted-fsmonitor");
     let program = w.outside.join("fsmonitor.sh");
-    std::fs::write(&program, format!("#!/bin/sh\npwd >> {}\n", log.display())).unwrap();
-    std::fs::set_permissions(&program, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    write_program(&program, &format!("#!/bin/sh\npwd >> {}\n", log.display()));
     (format!("[core]\\n\\tfsmonitor = {}\\n", program.display()), log)
 }
 
