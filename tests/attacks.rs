@@ -2455,6 +2455,28 @@ fn run_with_on_path(w: &World, dir: &Path, script: &str) -> std::process::Output
     w.command(&["run", "-c", script]).env("PATH", &path).output().unwrap()
 }
 
+/// `w`'s launcher run in another `workspace` (with `w`'s state directory):
+/// what a sandboxed command there leaves for runs elsewhere. It must run.
+fn run_in_workspace(w: &World, workspace: &Path, script: &str) {
+    let o = w
+        .command(&["run", "--workspace", workspace.to_str().unwrap(), "-c", script])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+}
+
+/// A run refused (125, the secret unread) for a path where sandboxed
+/// commands in another workspace have run.
+fn refused_as_written_elsewhere(o: &std::process::Output) {
+    assert!(!stdout(o).contains("TOPSECRET"), "{}", text(o));
+    assert_eq!(o.status.code(), Some(125), "{}", text(o));
+    assert!(
+        text(o).contains("a workspace where sandboxed commands have run"),
+        "{}",
+        text(o)
+    );
+}
+
 /// [`host_dir`] and its real path.
 fn real_host_dir() -> (tempfile::TempDir, PathBuf) {
     let d = host_dir();
@@ -2470,11 +2492,7 @@ fn link_left_in_another_workspace(w: &World, rel: &str, target: &Path) -> (tempf
     let (dir, other) = real_host_dir();
     let parent = Path::new(rel).parent().unwrap().display().to_string();
     let plant = format!("mkdir -p {parent} && ln -s {} {rel}", target.display());
-    let o = w
-        .command(&["run", "--workspace", other.to_str().unwrap(), "-c", &plant])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", text(&o));
+    run_in_workspace(w, &other, &plant);
     assert!(std::fs::symlink_metadata(other.join(rel)).is_ok_and(|m| m.is_symlink()));
     // Control: on the host the link leads to the secret.
     let c = Command::new("cat")
@@ -2573,11 +2591,7 @@ fn a_tool_directory_in_another_workspace_is_never_widened_to_that_workspace() {
     let (_dir, other) = real_host_dir();
     write_program(&other.join("bin/b-tool"), "#!/bin/sh\necho b-tool ran\n");
     std::fs::write(other.join(".env"), "TOKEN=TOPSECRET\n").unwrap();
-    let o = w
-        .command(&["run", "--workspace", other.to_str().unwrap(), "-c", "mkdir lib"])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", text(&o));
+    run_in_workspace(&w, &other, "mkdir lib");
     let probe = format!("b-tool; cat {}/.env", other.display());
     let o = run_with_on_path(&w, &other.join("bin"), &probe);
     assert!(!stdout(&o).contains("TOPSECRET"), "{}", text(&o));
@@ -2610,11 +2624,7 @@ fn policy_rewritten_by_a_run_in(w: &World, workspace: &Path, rel: &str, run_in: 
         "printf 'version = 1\\ndefault = \"allow\"\\nread_only_paths = [\"{}\"]\\n' | tee {rel}",
         secret_dir.display()
     );
-    let o = w
-        .command(&["run", "--workspace", workspace.to_str().unwrap(), "-c", &rewrite])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", text(&o));
+    run_in_workspace(w, workspace, &rewrite);
     let read = format!("cat {}/secret.txt", secret_dir.display());
     let named = |policy: &Path| {
         w.command(&[
@@ -2630,13 +2640,7 @@ fn policy_rewritten_by_a_run_in(w: &World, workspace: &Path, rel: &str, run_in: 
         .unwrap()
     };
     let o = named(&policy);
-    assert!(!stdout(&o).contains("TOPSECRET"), "{}", text(&o));
-    assert_eq!(o.status.code(), Some(125), "{}", text(&o));
-    assert!(
-        text(&o).contains("a workspace where sandboxed commands have run"),
-        "{}",
-        text(&o)
-    );
+    refused_as_written_elsewhere(&o);
     let copy = w.outside.join("copy.toml");
     std::fs::copy(&policy, &copy).unwrap();
     let c = named(&copy);
@@ -2654,11 +2658,7 @@ fn a_tool_prefix_holding_another_workspace_is_never_shown_whole() {
     std::fs::create_dir_all(work.join("lib")).unwrap();
     std::fs::create_dir_all(work.join("projB")).unwrap();
     std::fs::write(work.join("projB/.env"), "TOKEN=TOPSECRET\n").unwrap();
-    let o = w
-        .command(&["run", "--workspace", work.join("projB").to_str().unwrap(), "-c", "true"])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", text(&o));
+    run_in_workspace(&w, &work.join("projB"), "true");
     let probe = format!("cat {}/projB/.env", work.display());
     let o = run_with_on_path(&w, &work.join("bin"), &probe);
     assert!(!stdout(&o).contains("TOPSECRET"), "{}", text(&o));
@@ -2693,13 +2693,7 @@ fn a_read_only_path_linked_in_another_workspace_is_refused() {
     let named = other.join("vendor/sdk");
     let policy = format!("read_only_paths = [\"{}\"]\n", named.display());
     let o = w.run_policy(&policy, &format!("cat {}/secret.txt", named.display()));
-    assert!(!stdout(&o).contains("TOPSECRET"), "{}", text(&o));
-    assert_eq!(o.status.code(), Some(125), "{}", text(&o));
-    assert!(
-        text(&o).contains("a workspace where sandboxed commands have run"),
-        "{}",
-        text(&o)
-    );
+    refused_as_written_elsewhere(&o);
     // Control: the directory named by its own path is shown.
     let policy = format!("read_only_paths = [\"{}\"]\n", secret_dir.display());
     let c = w.run_policy(&policy, &format!("cat {}/secret.txt", secret_dir.display()));
