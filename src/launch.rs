@@ -331,7 +331,7 @@ pub fn run(req: &Request, stdin_is_tty: bool) -> Finished {
                 Ok(c) => c,
                 Err(e) => return not_started(receipt, e, on_record),
             };
-            let (plan, env_before) = match plan_for(
+            let (plan, plan_saw) = match plan_for(
                 &policy,
                 &req.workspace,
                 &req.cwd,
@@ -353,7 +353,7 @@ pub fn run(req: &Request, stdin_is_tty: bool) -> Finished {
                 None,
                 &req.state_dir,
                 capture,
-                env_before,
+                plan_saw,
                 None,
             );
             done.stderr.splice(0..0, recovered);
@@ -457,7 +457,7 @@ fn plan_for(
     state: &Path,
     capture: Option<CaptureDirs>,
     git: Option<crate::workspace::GitLayout>,
-) -> Result<(plan::Plan, crate::workspace::EnvSecrets), String> {
+) -> Result<(plan::Plan, PlanSaw), String> {
     let mut facts = sandbox::host_facts(policy, ws, crate::state::account_home().as_deref(), state, git);
     match capture {
         Some((upper, work, subtrees)) if subtrees.is_empty() => facts.overlay = Some((upper, work)),
@@ -478,9 +478,22 @@ fn plan_for(
     if policy.profile() == Profile::WorkspaceWrite {
         crate::workspace::remember_written(state, ws).map_err(|e| format!("tether-exec: {e}"))?;
     }
-    // The `.env*` secrets the planning scan found: the check after the run
-    // compares against them (one walk of the workspace, not two).
-    Ok((plan, facts.env_secrets))
+    Ok((
+        plan,
+        PlanSaw {
+            env: facts.env_secrets,
+            git: facts.git_layout,
+        },
+    ))
+}
+
+/// What the plan saw of the workspace, which the check of the protected
+/// paths after the run starts from: the `.env*` secrets its scan found (one
+/// walk of the workspace, not two) and the git layout its mounts protect
+/// (one reading of it, not a second one while the sandbox builds itself).
+struct PlanSaw {
+    env: crate::workspace::EnvSecrets,
+    git: crate::workspace::GitLayout,
 }
 
 /// Digest of the environment the sandbox would get (names and values).
@@ -615,14 +628,14 @@ fn execute(
     approval_id: Option<String>,
     state: &Path,
     capture: Option<PlannedCapture>,
-    env_before: crate::workspace::EnvSecrets,
+    plan_saw: PlanSaw,
     before_start: Option<BeforeStart<'_>>,
 ) -> Finished {
     let isolation = Isolation::of(plan);
     let writable = policy.profile() == Profile::WorkspaceWrite;
     // The protected paths as they are before the command starts, taken while
     // the sandbox builds itself (which changes nothing in the workspace).
-    let mut env_before = Some(env_before);
+    let mut plan_saw = Some(plan_saw);
     let mut protected_before = None;
     let (mut borrowed, mut deferred) = match audit {
         Audit::Open(log) => (Some(log), None),
@@ -643,11 +656,12 @@ fn execute(
             opened = Some(log);
             decision_seq = Some(seq);
         }
-        if let (true, Some(env)) = (writable, env_before.take()) {
+        if let (true, Some(saw)) = (writable, plan_saw.take()) {
             protected_before = Some(crate::workspace::snapshot_protected(
                 &plan.workspace,
-                env,
+                saw.env,
                 &plan.found_trees,
+                saw.git,
             ));
         }
         if let (Some(before), None) = (&protected_before, &pending) {
@@ -1391,7 +1405,7 @@ pub fn resume_opened(id: &str, state: &Path, store: ApprovalStore) -> Finished {
                 done.stderr.splice(0..0, recovered);
                 return done;
             }
-            let Some((plan, env_before)) = prepared else {
+            let Some((plan, plan_saw)) = prepared else {
                 return Finished::new(
                     exit::INTERNAL,
                     receipt,
@@ -1418,7 +1432,7 @@ pub fn resume_opened(id: &str, state: &Path, store: ApprovalStore) -> Finished {
                 Some(id.to_string()),
                 state,
                 capture,
-                env_before,
+                plan_saw,
                 Some(Box::new(make_start_durable)),
             );
             done.stderr.splice(0..0, recovered);
@@ -1490,7 +1504,8 @@ fn land_preview(
     // what a preview lands can make a `.git` file or a gitlink that git
     // would follow, which the preview's own check of paths does not see.
     let scan = crate::workspace::scan_before_run(ws, state);
-    let before = crate::workspace::snapshot_protected(ws, scan.env, &scan.repos);
+    let layout = crate::workspace::git_layout_with(ws, &scan.repos);
+    let before = crate::workspace::snapshot_protected(ws, scan.env, &scan.repos, layout);
     let pending = crate::workspace::PendingCheck::record(state, ws, &before);
     let pending = match pending {
         Ok(p) => p,

@@ -406,6 +406,7 @@ pub fn host_facts(
             .filter(|d| d.is_dir())
             .into_iter()
             .collect(),
+        git_layout: git,
     }
 }
 

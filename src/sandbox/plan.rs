@@ -424,6 +424,10 @@ pub struct HostFacts {
     /// `/srv/jdks/current` -> `21`, sdkman's `candidates/java/current`) lead
     /// where they do on the host.
     pub followed_links: Vec<(PathBuf, PathBuf)>,
+    /// The workspace's git layout these facts were read from: the check of
+    /// the protected paths after the run starts from the same one (see
+    /// `workspace::snapshot_protected`), not from a second reading.
+    pub git_layout: crate::workspace::GitLayout,
 }
 
 /// Where a path named through links really is.
