@@ -633,10 +633,11 @@ fn execute(
 ) -> Finished {
     let isolation = Isolation::of(plan);
     let writable = policy.profile() == Profile::WorkspaceWrite;
-    // The protected paths as they are before the command starts, taken while
-    // the sandbox builds itself (which changes nothing in the workspace).
-    let mut plan_saw = Some(plan_saw);
-    let mut protected_before = None;
+    // The protected paths as they are before the command starts: a few
+    // `lstat`s of the layout the plan read, taken before the sandbox builds
+    // itself (where they competed with init's helper for the launcher's CPU).
+    let protected_before = writable
+        .then(|| crate::workspace::snapshot_protected(&plan.workspace, plan_saw.env, &plan.found_trees, plan_saw.git));
     let (mut borrowed, mut deferred) = match audit {
         Audit::Open(log) => (Some(log), None),
         Audit::Deferred(f) => (None, Some(f)),
@@ -655,14 +656,6 @@ fn execute(
             let (log, seq) = record()?;
             opened = Some(log);
             decision_seq = Some(seq);
-        }
-        if let (true, Some(saw)) = (writable, plan_saw.take()) {
-            protected_before = Some(crate::workspace::snapshot_protected(
-                &plan.workspace,
-                saw.env,
-                &plan.found_trees,
-                saw.git,
-            ));
         }
         if let (Some(before), None) = (&protected_before, &pending) {
             let p = crate::workspace::PendingCheck::record(state, &plan.workspace, before).map_err(|e| {
