@@ -708,6 +708,11 @@ fn execute(
             if let Some(c) = capture {
                 c.discard();
             }
+            // Nothing started, so no check is owed: left on disk, the next
+            // start would take it for an interrupted run's.
+            if let Some(p) = pending {
+                p.done();
+            }
             return Finished::new(exit::INTERNAL, receipt, why);
         }
     };

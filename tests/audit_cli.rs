@@ -150,6 +150,11 @@ fn an_unwritable_audit_log_means_nothing_runs() {
         !exists(&w.ws.join("ran.txt")),
         "the command ran without an audit record"
     );
+    // Nothing started, so no check of the protected paths is owed: one left
+    // behind would be taken by the next start for an interrupted run's (the
+    // workspace's generation moved on, an old snapshot enforced).
+    let owed = std::fs::read_dir(w.state.join("pending-checks")).map_or(0, |d| d.count());
+    assert_eq!(owed, 0, "a check was left owed for a run that never started");
     // Control: with a working log the same command runs.
     std::fs::remove_file(w.state.join("audit")).unwrap();
     assert!(w.tx(&["run", "-c", "touch ran.txt"]).status.success());

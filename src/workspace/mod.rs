@@ -2005,11 +2005,11 @@ fn identity(p: &Path) -> Option<(u64, u64)> {
     std::fs::symlink_metadata(p).ok().map(|m| (m.dev(), m.ino()))
 }
 
-/// Record the protected paths' identities (a few `lstat`s; a repository with
-/// submodules or linked worktrees adds a short walk of them), with the
-/// `.env*` secrets of the scan made for the plan (see [`scan_secrets`]) and
-/// the git layout read with it (`git_layout_with(root, found)`): a run's
-/// check then starts from the layout its mounts protect.
+/// Record the protected paths' identities (a few `lstat`s), with the `.env*`
+/// secrets of the scan made for the plan (see [`scan_secrets`]) and the git
+/// layout read with it (`git_layout_with(root, found)`, which walks a
+/// repository's submodules and linked worktrees): a run's check then starts
+/// from the layout its mounts protect.
 pub fn snapshot_protected(root: &Path, env: EnvSecrets, found: &[PathBuf], layout: GitLayout) -> ProtectedSnapshot {
     let with_identity = |rel: PathBuf| {
         let id = identity(&root.join(&rel));
