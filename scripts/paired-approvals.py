@@ -16,12 +16,13 @@ nothing, and the resume runs the command, confined.
 --one-call approves and resumes in one call (`approve ID --resume`), as
 tether-sdk does.
 
-Copy both binaries afresh before comparing them: on a VM a binary's own
-page-cache history can move its timing by tenths of a millisecond."""
+Both binaries are first dropped from the page cache, so that both are read
+back from disk alike: on a VM a binary's own page-cache history can move its
+timing by tenths of a millisecond (see `timed_call.evict`)."""
 import argparse, json, os, shutil, statistics, sys, tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from timed_call import timed_call  # noqa: E402
+from timed_call import evict, timed_call  # noqa: E402
 from fill_workspace import fill_workspace  # noqa: E402
 
 
@@ -35,6 +36,8 @@ def main():
     p.add_argument("b")
     opts = p.parse_args()
     bins = {"A": os.path.abspath(opts.a), "B": os.path.abspath(opts.b)}
+    for b in bins.values():
+        evict(b)
     root = tempfile.mkdtemp(prefix="tether-paired-approvals.")
     try:
         run(bins, root, opts.n, opts.files, opts.no_preview, opts.one_call)

@@ -10,11 +10,15 @@ pays for part of its teardown.
 Each command runs without a shell, its output discarded; a non-zero exit
 stops the measurement. With --pipes its stdout and stderr are pipes read to
 their end, as a harness reads them (tether, `subprocess.run(capture_output=
-True)`): a command is then done when both are closed and it has exited."""
+True)`): a command is then done when both are closed and it has exited.
+
+Each program named by a path is first dropped from the page cache, so that
+both are read back from disk alike (see `timed_call.evict`); --keep-cache
+leaves them as they are."""
 import argparse, os, statistics, sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from timed_call import timed_call  # noqa: E402
+from timed_call import evict, timed_call  # noqa: E402
 
 def main():
     argv = sys.argv[1:]
@@ -27,10 +31,16 @@ def main():
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--cwd", default=".")
     p.add_argument("--pipes", action="store_true")
+    p.add_argument("--keep-cache", action="store_true")
     opts = p.parse_args(argv[:first])
     a, b = argv[first + 1:second], argv[second + 1:]
     devnull = os.open(os.devnull, os.O_RDWR)
     os.chdir(opts.cwd)
+    if not opts.keep_cache:
+        # Both programs read back from disk alike (see `evict`).
+        for cmd in (a, b):
+            if "/" in cmd[0]:
+                evict(cmd[0])
 
     def once(cmd):
         ms, code = timed_call(cmd, os.environ, devnull, pipes=opts.pipes)
