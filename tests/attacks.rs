@@ -3346,6 +3346,71 @@ fn same_file(w: &World, a: &str, b: &str) -> bool {
 const WRITE_IN_PLACE: &str =
     "python3 -c \"import os, sys; fd = os.open(sys.argv[1], os.O_RDWR); os.pwrite(fd, b'X', 100)\"";
 
+/// A symlink a run makes in a git directory (a reflog, `COMMIT_EDITMSG`,
+/// a directory replaced by one) never lands: git follows it where it
+/// appends or writes in place, so the person's next `git commit` would
+/// write wherever the run pointed it, outside the workspace. The rest of
+/// the run (a commit made in it) lands; the repository's own files stay.
+#[test]
+fn a_symlink_made_in_a_git_directory_never_lands() {
+    let plant = |w: &World| {
+        format!(
+            "git -c user.email=a@b -c user.name=a commit -q --allow-empty -m inside && \
+             rm -f .git/COMMIT_EDITMSG .git/logs/HEAD && ln -s {v} .git/COMMIT_EDITMSG && \
+             ln -s {r} .git/logs/HEAD && rm -rf .git/logs/refs && ln -s {d} .git/logs/refs && echo PLANTED",
+            v = w.outside.join("victim").display(),
+            r = w.outside.join("reflog").display(),
+            d = w.outside.join("refs-elsewhere").display(),
+        )
+    };
+    // (policy, exit, whether the run's commit lands): bind mode, where
+    // `.git` is an overlay of its own; the overlay workspace, which rolls
+    // everything back on a violation, or drops only the violations.
+    for (policy, code, commit_lands) in [
+        ("", 77, true),
+        ("overlay = true\n", 77, false),
+        ("overlay = true\non_violation = \"drop\"\n", 0, true),
+    ] {
+        let w = World::new();
+        committed_repository(&w);
+        let (victim, reflog, refs) = (w.outside.join("victim"), w.outside.join("reflog"), w.outside.join("refs-elsewhere"));
+        std::fs::write(&victim, "HOST DATA\n").unwrap();
+        std::fs::create_dir(&refs).unwrap();
+        let o = w.run_policy(policy, &plant(&w));
+        assert!(stdout(&o).contains("PLANTED"), "{policy}: {}", text(&o));
+        assert_eq!(o.status.code(), Some(code), "{policy}: {}", text(&o));
+        assert!(text(&o).contains("a symlink in the git directory"), "{policy}: {}", text(&o));
+        for p in [".git/COMMIT_EDITMSG", ".git/logs/HEAD", ".git/logs/refs"] {
+            let m = std::fs::symlink_metadata(w.ws.join(p));
+            assert!(!m.is_ok_and(|m| m.file_type().is_symlink()), "{policy}: {p} landed as a symlink");
+        }
+        assert_eq!(
+            host_git(&w, &["log", "--format=%s"]).contains("inside"),
+            commit_lands,
+            "{policy}: the run's commit: {}",
+            text(&o)
+        );
+        // The person's next commit writes the repository's files only.
+        host_git(&w, &["commit", "-q", "--allow-empty", "-m", "the person's"]);
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "HOST DATA\n", "{policy}");
+        assert!(!exists(&reflog), "{policy}: git wrote the run's reflog target");
+        assert!(!exists(&refs.join("heads")), "{policy}: git wrote through the run's directory link");
+    }
+    // Control: without the sandbox the links are git's, and the person's
+    // commit writes through them.
+    let w = World::new();
+    committed_repository(&w);
+    let (victim, reflog, refs) = (w.outside.join("victim"), w.outside.join("reflog"), w.outside.join("refs-elsewhere"));
+    std::fs::write(&victim, "HOST DATA\n").unwrap();
+    std::fs::create_dir(&refs).unwrap();
+    let c = w.control(&plant(&w));
+    assert!(stdout(&c).contains("PLANTED"), "control: {}", text(&c));
+    host_git(&w, &["commit", "-q", "--allow-empty", "-m", "the person's"]);
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "the person's\n", "control");
+    assert!(exists(&reflog), "control: git appended to the reflog target");
+    assert!(exists(&refs.join("heads")), "control: git wrote through the directory link");
+}
+
 #[test]
 fn a_file_of_the_git_directory_never_lands_with_a_second_name() {
     // A run on the overlay workspace (or a preview) links `.git/index` to

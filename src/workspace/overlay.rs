@@ -1461,12 +1461,17 @@ impl Planner<'_> {
         true
     }
 
-    /// A file of a git directory lands only with a name of its own: landed
-    /// with another (a hard link the run made in its capture of the whole
-    /// workspace), a later run would write it in place through that name,
-    /// past its git directory's overlay and the check of its index.
-    fn one_name_in_git_dir(&mut self, rel: &Path, m: &std::fs::Metadata, what: &str) -> bool {
-        if !m.is_file() || m.nlink() == 1 {
+    /// What lands in a git directory is a file with a name of its own, or a
+    /// directory. Not a file with another name (a hard link the run made in
+    /// its capture of the whole workspace): a later run would write it in
+    /// place through that name, past its git directory's overlay and the
+    /// check of its index. Not a symlink: git follows one where it appends
+    /// or writes in place (a reflog, `COMMIT_EDITMSG`), so the person's next
+    /// `git commit` would write wherever the run pointed it, outside the
+    /// workspace (`.git/logs/HEAD -> ~/.bashrc`).
+    fn lands_in_git_dir(&mut self, rel: &Path, m: &std::fs::Metadata, what: &str) -> bool {
+        let symlink = m.file_type().is_symlink();
+        if !symlink && (!m.is_file() || m.nlink() == 1) {
             return true;
         }
         // Or one the run made, which is the person's in the next run.
@@ -1482,11 +1487,19 @@ impl Planner<'_> {
         let Some(d) = git_dir else {
             return true;
         };
-        self.out.violations.push(format!(
-            "{what} `{}`: a file of the git directory `{}` with another hard link, through which a later run could write it in place; the file before the run stays",
-            rel.display(),
-            d.display()
-        ));
+        self.out.violations.push(if symlink {
+            format!(
+                "{what} `{}`: a symlink in the git directory `{}`, through which git would write outside it (git follows one where it appends, as to a reflog); what was there before the run stays",
+                rel.display(),
+                d.display()
+            )
+        } else {
+            format!(
+                "{what} `{}`: a file of the git directory `{}` with another hard link, through which a later run could write it in place; the file before the run stays",
+                rel.display(),
+                d.display()
+            )
+        });
         false
     }
 
@@ -1581,7 +1594,7 @@ impl Planner<'_> {
                 ("creates", &mut self.out.added)
             };
             list.push(shown);
-            let ok = self.one_name_in_git_dir(&r, &m, what) && self.judge(&r, what);
+            let ok = self.lands_in_git_dir(&r, &m, what) && self.judge(&r, what);
             if lower.as_ref().is_some_and(|l| l.is_dir()) {
                 self.ops.push((Op::Remove(rel_bytes(&r)), ok));
             }
