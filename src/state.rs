@@ -136,12 +136,16 @@ pub fn ensure(dir: &std::path::Path) -> Result<PathBuf, StateError> {
 }
 
 /// This environment's instance id: the machine's boot id, this state
-/// directory's own random id (created once), and the workspace path. An
-/// approval made here does not work in a copy of the workspace elsewhere,
-/// after a reboot, or with another state directory.
+/// directory's own random id (created once) and its identity on disk
+/// (device and inode), and the workspace path. An approval made here does
+/// not work in a copy of the workspace elsewhere, after a reboot, or with
+/// another state directory, a copy of this one included (its random id
+/// copied along, a copy would hold the approval unspent after the original
+/// spent it).
 pub fn env_instance_id(state_dir: &std::path::Path, workspace: &std::path::Path) -> Result<String, StateError> {
     use sha2::{Digest, Sha256};
     use std::io::Write;
+    use std::os::unix::fs::MetadataExt;
     let file = state_dir.join("instance");
     let id = match std::fs::read_to_string(&file) {
         Ok(s) if s.trim().len() == 32 => s.trim().to_string(),
@@ -177,10 +181,16 @@ pub fn env_instance_id(state_dir: &std::path::Path, workspace: &std::path::Path)
     if boot.trim().is_empty() {
         return Err(StateError::NoBootId(std::io::Error::other("it is empty")));
     }
+    let dir = std::fs::metadata(state_dir).map_err(|e| StateError::Create {
+        path: state_dir.to_path_buf(),
+        source: e,
+    })?;
     let mut h = Sha256::new();
     h.update(boot.trim().as_bytes());
     h.update([0]);
     h.update(id.as_bytes());
+    h.update([0]);
+    h.update(format!("{}:{}", dir.dev(), dir.ino()).as_bytes());
     h.update([0]);
     h.update(workspace.as_os_str().as_encoded_bytes());
     Ok(format!("env_{}", &crate::policy::hex(&h.finalize())[..24]))
