@@ -275,7 +275,7 @@ pub enum ApprovalError {
         verb: &'static str,
     },
 
-    #[error("Approver key {key_id} is not trusted by this approval store; add its public key with `trust` before using it to approve or reject.")]
+    #[error("Approver key {key_id} is not trusted by this approval store; trust it first with `tether-exec approver trust PUBLIC_KEY` (the key's public half: `tether-exec approver show`, run with that key as $TETHER_EXEC_APPROVER_KEY).")]
     UntrustedApprover { key_id: String },
 
     #[error("A different public key with id {key_id} is already trusted; refusing to trust or use this key. Remove the conflicting entry from trusted_approvers first.")]
@@ -319,7 +319,7 @@ pub enum ApprovalError {
     Interrupted { id: String },
 
     #[error(
-        "Action {id} is already running in process {pid}; an action executes at most once, so this resume was refused."
+        "Action {id} is already running in process {pid}; an action executes at most once, so this resume did not run it: resume it again once that run has ended to get its recorded result."
     )]
     AlreadyRunning { id: String, pid: i64 },
 
@@ -1557,9 +1557,16 @@ impl ApprovalStore {
                 });
             }
             if now_unix_ms >= p.expires_at_unix_ms {
+                let at = |ms: u64| {
+                    crate::audit::format_rfc3339_millis(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms))
+                };
                 expired.push(format!(
-                    "the approval by key {} expired at unix time {} ms and it is now {} ms",
-                    p.approver_key_id, p.expires_at_unix_ms, now_unix_ms
+                    "the approval by key {} expired at {} (unix time {} ms; the rule's approval_ttl_seconds) and it is now {} ({} ms)",
+                    p.approver_key_id,
+                    at(p.expires_at_unix_ms),
+                    p.expires_at_unix_ms,
+                    at(now_unix_ms),
+                    now_unix_ms
                 ));
                 continue;
             }

@@ -2270,7 +2270,7 @@ fn quote_if_needed(value: &str) -> String {
 
 /// `2026-01-31T23:59:59.123Z`. A clock before 1970 is written as the epoch
 /// rather than failing the append.
-fn format_rfc3339_millis(time: SystemTime) -> String {
+pub(crate) fn format_rfc3339_millis(time: SystemTime) -> String {
     let since_epoch = time.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
     let secs = since_epoch.as_secs();
     let (year, month, day) = civil_from_days((secs / 86_400) as i64);

@@ -202,7 +202,9 @@ impl Request {
     }
 }
 
-fn shell_words(argv: &[String]) -> String {
+/// An argv as a shell would need it typed: each word that is not plain
+/// quoted, so that word boundaries show (`touch 'a b'` is not `touch a b`).
+pub(crate) fn shell_words(argv: &[String]) -> String {
     argv.iter()
         .map(|a| {
             if !a.is_empty() && a.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c)) {
@@ -1120,6 +1122,10 @@ pub fn refusal_code(e: &ApprovalError) -> i32 {
         | ApprovalError::KeyFile { .. }
         | ApprovalError::NoHomeDirectory { .. }
         | ApprovalError::NotFound { .. } => exit::INTERNAL,
+        // Not refused: it is running in another process now, and a retry
+        // once that ends returns the recorded result (a harness tells the
+        // model to wait, not that the action was refused).
+        ApprovalError::AlreadyRunning { .. } => exit::HELD,
         _ => exit::REFUSED,
     }
 }

@@ -192,11 +192,20 @@ fn an_expired_approval_leaves_the_action_frozen() {
     let id = hold(&w, &p, "rm -rf build");
     assert!(w.tx(&["approve", &id]).status.success());
     std::thread::sleep(std::time::Duration::from_millis(1100));
+    // On record, but counted as what it is.
+    let shown = stdout(&w.tx(&["show", &id]));
+    assert!(shown.contains("0 of 1 distinct approvers; 1 expired"), "{shown}");
     let o = w.tx(&["resume", &id]);
     assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    assert!(text(&o).contains("approval_ttl_seconds"), "{}", text(&o));
     assert!(exists(&w.ws.join("build/x")));
+    // Frozen: waiting for a human again.
+    let listed = stdout(&w.tx(&["pending"]));
+    assert!(listed.contains("frozen") && listed.contains("approvals 0 of 1; 1 expired"), "{listed}");
     // A fresh approval for the same intent replaces the expired one.
-    assert!(w.tx(&["approve", &id]).status.success());
+    let o = w.tx(&["approve", &id]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(stdout(&o).contains("(1 of 1 approvals)"), "{}", text(&o));
     let o = w.tx(&["resume", &id]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert!(!exists(&w.ws.join("build")));
@@ -939,4 +948,95 @@ fn a_run_in_a_folder_of_the_workspace_voids_its_approvals() {
     let o = w.tx(&["run", "--workspace", w.ws.join("sub").to_str().unwrap(), "-c", &swap]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     resume_refuses_the_swap(&w, &id);
+}
+
+/// `show` and `pending` print an argv word by word as a shell would need
+/// it typed, and a workspace path escaped: two different actions never
+/// read alike, and no escape sequence in a path redraws the lines above.
+#[test]
+fn show_quotes_argv_words_and_escapes_the_workspace_path() {
+    let w = World::new();
+    let p = w.policy("require_approval_for = [\"touch\", \"sh\"]\ndefault = \"allow\"\n");
+    let held = |cwd: &Path, argv: &[&str]| {
+        let mut args = vec!["run", "--policy", p.to_str().unwrap(), "--"];
+        args.extend_from_slice(argv);
+        let o = w.command(&args).current_dir(cwd).output().unwrap();
+        assert_eq!(o.status.code(), Some(75), "{}", text(&o));
+        held_id(&String::from_utf8_lossy(&o.stderr))
+    };
+    let one = held(&w.ws, &["touch", "a b"]);
+    let two = held(&w.ws, &["touch", "a", "b"]);
+    let three = held(&w.ws, &["sh", "-c", "touch pwned", "harmless"]);
+    assert!(stdout(&w.tx(&["show", &one])).contains("would run:   touch 'a b'\n"));
+    assert!(stdout(&w.tx(&["show", &two])).contains("would run:   touch a b\n"));
+    assert!(stdout(&w.tx(&["show", &three])).contains("would run:   sh -c 'touch pwned' harmless\n"));
+    assert!(stdout(&w.tx(&["pending"])).contains("`touch 'a b'`"));
+    // A workspace whose name redraws the line above it.
+    let odd = w.outside.join("p\x1b[1A\r\x1b[2K  would run:   ls -la");
+    std::fs::create_dir(&odd).unwrap();
+    let id = held(&odd, &["touch", "x"]);
+    let shown = w.tx(&["show", &id]);
+    assert!(!shown.stdout.contains(&0x1b), "{}", text(&shown));
+    assert!(stdout(&shown).contains("\\x1b[1A\\x0d\\x1b[2K"), "{}", text(&shown));
+}
+
+/// A copy of the state directory is another state directory: an approval
+/// spent in the original is not there to spend again in the copy, which
+/// holds it unspent.
+#[test]
+fn a_copied_state_directory_does_not_run_a_spent_approval_again() {
+    let w = World::new();
+    let p = w.policy(
+        "require_approval_for = [{ prefix = \"tee\", preview = false }]\ndefault = \"allow\"\nfingerprint_ignore = [\"logs\"]\n",
+    );
+    std::fs::create_dir_all(w.ws.join("logs")).unwrap();
+    let id = hold(&w, &p, "tee -a logs/runs.log < /dev/null; echo run >> logs/runs.log");
+    assert!(w.tx(&["approve", &id]).status.success());
+    let copy = w.outside.join("state-copy");
+    let c = Command::new("cp").arg("-a").arg(&w.state).arg(&copy).output().unwrap();
+    assert!(c.status.success(), "{}", text(&c));
+    let o = w.tx(&["resume", &id]);
+    assert_eq!(o.status.code(), Some(0), "the original runs it: {}", text(&o));
+    let o = Command::new(bin())
+        .arg("--state-dir")
+        .arg(&copy)
+        .args(["resume", &id])
+        .current_dir(&w.ws)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    assert!(text(&o).contains("environment"), "{}", text(&o));
+    assert_eq!(std::fs::read_to_string(w.ws.join("logs/runs.log")).unwrap(), "run\n");
+}
+
+/// A resume while the action runs in another process is told to wait
+/// (exit 75), not refused: once that run ends, a resume returns its result.
+#[test]
+fn a_resume_while_the_action_runs_elsewhere_is_told_to_wait() {
+    let w = World::new();
+    let p = w.policy(
+        "require_approval_for = [{ prefix = \"tee\", preview = false }]\ndefault = \"allow\"\nfingerprint_ignore = [\"logs\"]\n",
+    );
+    std::fs::create_dir_all(w.ws.join("logs")).unwrap();
+    let id = hold(
+        &w,
+        &p,
+        "tee -a logs/runs.log < /dev/null; echo run >> logs/runs.log; while [ ! -e logs/go ]; do sleep 0.05; done",
+    );
+    assert!(w.tx(&["approve", &id]).status.success());
+    let first = w.command(&["resume", &id]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    assert!(
+        eventually(|| std::fs::read_to_string(w.ws.join("logs/runs.log")).is_ok_and(|l| l == "run\n")),
+        "the command started"
+    );
+    let o = w.tx(&["resume", &id]);
+    assert_eq!(o.status.code(), Some(75), "{}", text(&o));
+    assert!(text(&o).contains("already running"), "{}", text(&o));
+    std::fs::write(w.ws.join("logs/go"), "").unwrap();
+    assert!(first.wait_with_output().unwrap().status.success());
+    let o = w.tx(&["resume", &id]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("already ran"), "{}", text(&o));
+    assert_eq!(std::fs::read_to_string(w.ws.join("logs/runs.log")).unwrap(), "run\n");
 }

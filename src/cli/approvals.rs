@@ -23,13 +23,15 @@ fn key() -> Result<ApproverKey, i32> {
         })
 }
 
-/// The command as an approver reads it, every control character visible.
+/// The command as an approver reads it, every control character visible;
+/// an argv quoted word by word, so that `touch 'a b'` and `touch a b`, or
+/// `sh -c 'touch x' y` and `sh -c touch x y`, read apart.
 fn command_of(a: &HeldAction) -> String {
     visible(
         &a.intent
             .script
             .clone()
-            .unwrap_or_else(|| a.intent.argv.clone().unwrap_or_default().join(" ")),
+            .unwrap_or_else(|| crate::launch::shell_words(a.intent.argv.as_deref().unwrap_or_default())),
     )
 }
 
@@ -69,8 +71,40 @@ fn shown(text: &str, one_line: bool) -> String {
     out
 }
 
-fn valid_approvals(a: &HeldAction) -> usize {
-    a.approvals.iter().filter(|e| !e.superseded).count()
+/// The approvals of `a` a resume would count now, one per approver, and
+/// how many others have expired (by the clock, or by the session's
+/// proposals since): an expired approval is on record but counts for
+/// nothing, so it is never shown as one that does. One whose nonce a run
+/// spent counted when it was used.
+fn counted_approvals(st: &ApprovalStore, a: &HeldAction) -> (usize, usize) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    // Read once, and only for an approval the clock has not expired.
+    let mut proposals = None;
+    let mut approvers = std::collections::BTreeSet::new();
+    let mut expired = 0;
+    for e in a.approvals.iter().filter(|e| !e.superseded) {
+        let lapsed = !e.consumed
+            && (e.expires_at_unix_ms.is_some_and(|t| now >= t)
+                || e.expires_at_proposal.is_some_and(|last| {
+                    *proposals.get_or_insert_with(|| st.session_proposals(&a.session).unwrap_or(0)) > last
+                }));
+        if lapsed {
+            expired += 1;
+        } else {
+            approvers.insert(e.approver_key_id.as_str());
+        }
+    }
+    (approvers.len(), expired)
+}
+
+/// `N of M` (`noun`), and the expired ones if any.
+fn approvals_line(st: &ApprovalStore, a: &HeldAction, noun: &str) -> String {
+    match counted_approvals(st, a) {
+        (valid, 0) => format!("{valid} of {}{noun}", a.required_approvals),
+        (valid, expired) => format!("{valid} of {}{noun}; {expired} expired", a.required_approvals),
+    }
 }
 
 pub fn pending(state: &Path, json: bool) -> i32 {
@@ -87,12 +121,11 @@ pub fn pending(state: &Path, json: bool) -> i32 {
             } else {
                 for a in &list {
                     println!(
-                        "{}  {:<11} {}  approvals {}/{}  `{}`",
+                        "{}  {:<11} {}  approvals {}  `{}`",
                         a.id,
                         a.state.as_str(),
                         visible_line(&a.session),
-                        valid_approvals(a),
-                        a.required_approvals,
+                        approvals_line(&st, a, ""),
                         command_of(a)
                     );
                 }
@@ -126,8 +159,11 @@ pub fn show(state: &Path, id: &str, json: bool) -> i32 {
     println!("{}  ({})", a.id, a.state.as_str());
     println!("  would run:   {}", command_of(&a));
     if let Some(c) = &ctx {
-        println!("  workspace:   {}", c.workspace.display());
-        let files: Vec<String> = c.files.iter().map(|f| f.display().to_string()).collect();
+        // Paths a repository or an agent can name: shown escaped, as the
+        // command is, so that no escape sequence in one redraws the lines
+        // above it.
+        println!("  workspace:   {}", visible_line(&c.workspace.to_string_lossy()));
+        let files: Vec<String> = c.files.iter().map(|f| visible_line(&f.to_string_lossy())).collect();
         println!(
             "  policy:      {}",
             if files.is_empty() {
@@ -137,13 +173,9 @@ pub fn show(state: &Path, id: &str, json: bool) -> i32 {
             }
         );
     }
-    println!("  cwd:         {}", visible(&a.intent.cwd));
+    println!("  cwd:         {}", visible_line(&a.intent.cwd));
     println!("  why held:    {}", visible(&a.summary));
-    println!(
-        "  approvals:   {} of {} distinct approvers",
-        valid_approvals(&a),
-        a.required_approvals
-    );
+    println!("  approvals:   {}", approvals_line(&st, &a, " distinct approvers"));
     if let Some(r) = &a.rejection_reason {
         println!("  rejected:    {}", visible(r));
     }
@@ -265,19 +297,14 @@ fn landing_begun(st: &ApprovalStore, id: &str) -> bool {
 }
 
 pub fn approve(state: &Path, id: &str) -> i32 {
-    let (_, key, approved) = match approve_recorded(state, id, true) {
+    let (st, key, approved) = match approve_recorded(state, id, true) {
         Ok(x) => x,
         Err(code) => return code,
     };
     match approved {
         Ok(a) => {
-            let have = valid_approvals(&a);
-            println!(
-                "approved {id} as {} ({have} of {} approvals)",
-                key.key_id(),
-                a.required_approvals
-            );
-            if have as u32 >= a.required_approvals {
+            println!("approved {id} as {} ({})", key.key_id(), approvals_line(&st, &a, " approvals"));
+            if counted_approvals(&st, &a).0 as u32 >= a.required_approvals {
                 println!("run it with `tether-exec resume {id}`");
             }
             0
@@ -524,13 +551,24 @@ fn print_preview(c: &HeldContext, state: &str) {
         println!("    refused  {}", visible(v));
     }
     let mut budget = DIFF_LINES_TOTAL;
+    // Said, never silently dropped: what an approver does not see must be
+    // named, or a change could hide behind a long diff before it.
+    let (mut over_budget, mut binary) = (Vec::new(), Vec::new());
     for path in p.modified.iter().chain(&p.added) {
         // Regular files only, never through a symlink: the run may have
         // made one to a file of the host's (`-> /etc/shadow`), which `diff`
         // would print.
         let regular = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file());
         let new = upper.join(path);
-        if budget == 0 || !regular(&new) || is_binary(&new) {
+        if !regular(&new) {
+            continue;
+        }
+        if is_binary(&new) {
+            binary.push(visible_line(path));
+            continue;
+        }
+        if budget == 0 {
+            over_budget.push(visible_line(path));
             continue;
         }
         let old = c.workspace.join(path);
@@ -558,6 +596,16 @@ fn print_preview(c: &HeldContext, state: &str) {
             println!("    | ... {} more lines of diff not shown (cap: {DIFF_LINES_PER_FILE} per file, {DIFF_LINES_TOTAL} in all)", lines.len() - shown);
         }
         budget -= shown;
+    }
+    if !binary.is_empty() {
+        println!("    (binary, contents not shown: {})", binary.join(", "));
+    }
+    if !over_budget.is_empty() {
+        println!(
+            "    (diffs not shown, past the cap of {DIFF_LINES_TOTAL} lines in all: {}; read them in {})",
+            over_budget.join(", "),
+            visible_line(&upper.to_string_lossy())
+        );
     }
     for name in ["stdout", "stderr"] {
         let data = std::fs::read(p.dir.join(name)).unwrap_or_default();
