@@ -3349,15 +3349,17 @@ const WRITE_IN_PLACE: &str =
 /// A symlink a run makes in a git directory (a reflog, `COMMIT_EDITMSG`,
 /// a directory replaced by one) never lands: git follows it where it
 /// appends or writes in place, so the person's next `git commit` would
-/// write wherever the run pointed it, outside the workspace. The rest of
-/// the run (a commit made in it) lands; the repository's own files stay.
+/// write wherever the run pointed it, outside the workspace. Nor does a
+/// FIFO (`FETCH_HEAD`: the person's next `git fetch` would hang on it).
+/// The rest of the run (a commit made in it) lands; the repository's own
+/// files stay.
 #[test]
 fn a_symlink_made_in_a_git_directory_never_lands() {
     let plant = |w: &World| {
         format!(
             "git -c user.email=a@b -c user.name=a commit -q --allow-empty -m inside && \
              rm -f .git/COMMIT_EDITMSG .git/logs/HEAD && ln -s {v} .git/COMMIT_EDITMSG && \
-             ln -s {r} .git/logs/HEAD && rm -rf .git/logs/refs && ln -s {d} .git/logs/refs && echo PLANTED",
+             ln -s {r} .git/logs/HEAD && rm -rf .git/logs/refs && ln -s {d} .git/logs/refs && mkfifo .git/FETCH_HEAD && echo PLANTED",
             v = w.outside.join("victim").display(),
             r = w.outside.join("reflog").display(),
             d = w.outside.join("refs-elsewhere").display(),
@@ -3379,7 +3381,9 @@ fn a_symlink_made_in_a_git_directory_never_lands() {
         let o = w.run_policy(policy, &plant(&w));
         assert!(stdout(&o).contains("PLANTED"), "{policy}: {}", text(&o));
         assert_eq!(o.status.code(), Some(code), "{policy}: {}", text(&o));
-        assert!(text(&o).contains("a symlink in the git directory"), "{policy}: {}", text(&o));
+        assert!(text(&o).contains("a symlink, through which git would write outside"), "{policy}: {}", text(&o));
+        assert!(text(&o).contains("a FIFO or device"), "{policy}: {}", text(&o));
+        assert!(!exists(&w.ws.join(".git/FETCH_HEAD")), "{policy}: the FIFO landed");
         for p in [".git/COMMIT_EDITMSG", ".git/logs/HEAD", ".git/logs/refs"] {
             let m = std::fs::symlink_metadata(w.ws.join(p));
             assert!(!m.is_ok_and(|m| m.file_type().is_symlink()), "{policy}: {p} landed as a symlink");
@@ -3409,6 +3413,9 @@ fn a_symlink_made_in_a_git_directory_never_lands() {
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "the person's\n", "control");
     assert!(exists(&reflog), "control: git appended to the reflog target");
     assert!(exists(&refs.join("heads")), "control: git wrote through the directory link");
+    use std::os::unix::fs::FileTypeExt;
+    let fifo = std::fs::symlink_metadata(w.ws.join(".git/FETCH_HEAD")).unwrap();
+    assert!(fifo.file_type().is_fifo(), "control: the FIFO is git's FETCH_HEAD");
 }
 
 #[test]

@@ -1461,19 +1461,27 @@ impl Planner<'_> {
         true
     }
 
-    /// What lands in a git directory is a file with a name of its own, or a
-    /// directory. Not a file with another name (a hard link the run made in
-    /// its capture of the whole workspace): a later run would write it in
-    /// place through that name, past its git directory's overlay and the
-    /// check of its index. Not a symlink: git follows one where it appends
-    /// or writes in place (a reflog, `COMMIT_EDITMSG`), so the person's next
-    /// `git commit` would write wherever the run pointed it, outside the
-    /// workspace (`.git/logs/HEAD -> ~/.bashrc`).
+    /// What lands in a git directory is a regular file with a name of its
+    /// own, or a directory. Not a file with another name (a hard link the
+    /// run made in its capture of the whole workspace): a later run would
+    /// write it in place through that name, past its git directory's
+    /// overlay and the check of its index. Not a symlink: git follows one
+    /// where it appends or writes in place (a reflog, `COMMIT_EDITMSG`), so
+    /// the person's next `git commit` would write wherever the run pointed
+    /// it, outside the workspace (`.git/logs/HEAD -> ~/.bashrc`). Nor a FIFO
+    /// or a device, where git's next write of that file would hang or fail.
     fn lands_in_git_dir(&mut self, rel: &Path, m: &std::fs::Metadata, what: &str) -> bool {
-        let symlink = m.file_type().is_symlink();
-        if !symlink && (!m.is_file() || m.nlink() == 1) {
+        let why = if m.file_type().is_symlink() {
+            "a symlink, through which git would write outside it (git follows one where it appends, as to a reflog, or writes in place)"
+        } else if m.file_type().is_fifo() || m.file_type().is_char_device() || m.file_type().is_block_device() {
+            // (A socket may stay: git's fsmonitor daemon leaves one, and a
+            // connection to it fails at once.)
+            "a FIFO or device, on which git's next write of that file would hang or fail"
+        } else if m.nlink() > 1 {
+            "a file with another hard link, through which a later run could write it in place"
+        } else {
             return true;
-        }
+        };
         // Or one the run made, which is the person's in the next run.
         let git_dir = self
             .known_git_dirs()
@@ -1487,19 +1495,11 @@ impl Planner<'_> {
         let Some(d) = git_dir else {
             return true;
         };
-        self.out.violations.push(if symlink {
-            format!(
-                "{what} `{}`: a symlink in the git directory `{}`, through which git would write outside it (git follows one where it appends, as to a reflog); what was there before the run stays",
-                rel.display(),
-                d.display()
-            )
-        } else {
-            format!(
-                "{what} `{}`: a file of the git directory `{}` with another hard link, through which a later run could write it in place; the file before the run stays",
-                rel.display(),
-                d.display()
-            )
-        });
+        self.out.violations.push(format!(
+            "{what} `{}`: in the git directory `{}`, {why}; what was there before the run stays",
+            rel.display(),
+            d.display()
+        ));
         false
     }
 
