@@ -2114,28 +2114,28 @@ fn current_changes(held: &HeldAction, current: &Current) -> Vec<String> {
     let (a, b) = (&held.bindings, &current.bindings);
     if a.policy_digest != b.policy_digest {
         out.push(format!(
-            "policy digest changed from {} to {}",
+            "policy digest changed from {} to {} (the rules of a policy file changed)",
             short(&a.policy_digest),
             short(&b.policy_digest)
         ));
     }
     if a.env_instance_id != b.env_instance_id {
         out.push(format!(
-            "environment instance id changed from {} to {}",
+            "environment instance id changed from {} to {} (another boot, state directory or workspace path)",
             clip(&a.env_instance_id),
             clip(&b.env_instance_id)
         ));
     }
     if a.workspace_fingerprint != b.workspace_fingerprint {
         out.push(format!(
-            "workspace fingerprint changed from {} to {}",
+            "workspace fingerprint changed from {} to {} (an entry of the workspace was added, removed or written since the hold)",
             short(&a.workspace_fingerprint),
             short(&b.workspace_fingerprint)
         ));
     }
     if a.workspace_generation != b.workspace_generation {
         out.push(format!(
-            "workspace generation changed from {} to {}",
+            "workspace generation changed from {} to {} (a writable run in the workspace, or one overlapping it, ended since)",
             a.workspace_generation, b.workspace_generation
         ));
     }

@@ -80,6 +80,12 @@ pub struct HeldContext {
     /// Why there is no preview, when there is none.
     #[serde(default)]
     pub no_preview: Option<String>,
+    /// The sandbox's environment when the action was held, each name with
+    /// a short digest of its value (never the value): a resume refused for
+    /// a changed environment names the variables that changed. Absent in
+    /// actions held by earlier builds.
+    #[serde(default)]
+    pub env: Vec<(String, String)>,
 }
 
 /// A held action's preview, as `show` displays it and `resume` lands it.
@@ -498,18 +504,46 @@ struct PlanSaw {
     git: crate::workspace::GitLayout,
 }
 
-/// Digest of the environment the sandbox would get (names and values).
-fn env_digest(policy: &Policy, ws: &Path, cwd: &Path) -> String {
+/// The environment the sandbox would get, but `PWD` (the cwd is bound on
+/// its own).
+fn bound_env(policy: &Policy, ws: &Path, cwd: &Path) -> Vec<(String, String)> {
     let host: Vec<(String, String)> = std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
         .collect();
-    let env = plan::environment(policy, &host, ws, cwd);
-    let text: Vec<String> = env
-        .iter()
-        .filter(|(k, _)| k != "PWD")
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect();
+    let mut env = plan::environment(policy, &host, ws, cwd);
+    env.retain(|(k, _)| k != "PWD");
+    env
+}
+
+/// Digest of the environment the sandbox would get (names and values).
+fn env_digest_of(env: &[(String, String)]) -> String {
+    let text: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
     approval::sha256_hex(text.join("\0").as_bytes())
+}
+
+/// Each variable's name with a short digest of its value, as a held
+/// action keeps them (see [`HeldContext::env`]).
+fn env_names(env: &[(String, String)]) -> Vec<(String, String)> {
+    env.iter()
+        .map(|(k, v)| (k.clone(), approval::sha256_hex(v.as_bytes())[..16].to_string()))
+        .collect()
+}
+
+/// Which variables differ between the environment held (`then`) and the
+/// one a resume would give (`now`): `LANG changed; FOO added`.
+fn env_changes(then: &[(String, String)], now: &[(String, String)]) -> String {
+    let then: std::collections::BTreeMap<_, _> = then.iter().cloned().collect();
+    let now: std::collections::BTreeMap<_, _> = now.iter().cloned().collect();
+    let mut out = Vec::new();
+    for (k, v) in &now {
+        match then.get(k) {
+            None => out.push(format!("{k} added")),
+            Some(old) if old != v => out.push(format!("{k} changed")),
+            Some(_) => {}
+        }
+    }
+    out.extend(then.keys().filter(|k| !now.contains_key(*k)).map(|k| format!("{k} removed")));
+    out.join("; ")
 }
 
 /// The capture a run writes into: the whole workspace when the policy needs
@@ -1018,6 +1052,7 @@ fn hold(
     };
     b.workspace_fingerprint = with_preview(b.workspace_fingerprint, preview.as_ref());
     let has_preview = preview.is_some();
+    let env = bound_env(policy, &req.workspace, &req.cwd);
     let context = HeldContext {
         workspace: req.workspace.clone(),
         files: policy.files.clone(),
@@ -1028,16 +1063,11 @@ fn hold(
             .collect(),
         preview,
         no_preview,
+        env: env_names(&env),
     };
     let request = HoldRequest {
         session: req.session.clone(),
-        intent: intent_of(
-            req.script.clone(),
-            &req.argv,
-            &stdin,
-            &req.cwd,
-            env_digest(policy, &req.workspace, &req.cwd),
-        ),
+        intent: intent_of(req.script.clone(), &req.argv, &stdin, &req.cwd, env_digest_of(&env)),
         stdin,
         policy_json: serde_json::to_string(&context).expect("serialisable"),
         bindings: b,
@@ -1276,6 +1306,7 @@ pub fn resume_opened(id: &str, state: &Path, store: ApprovalStore) -> Finished {
         let now = crate::workspace::overlay::preview_digest(&pr.dir, pr.exit_code).unwrap_or_else(|_| "missing".into());
         current_bindings.workspace_fingerprint = format!("{} preview:{now}", current_bindings.workspace_fingerprint);
     }
+    let env_now = bound_env(&policy, &ctx.workspace, &cwd);
     let current = Current {
         session: action.session.clone(),
         intent: intent_of(
@@ -1283,7 +1314,7 @@ pub fn resume_opened(id: &str, state: &Path, store: ApprovalStore) -> Finished {
             action.intent.argv.as_deref().unwrap_or(&[]),
             &stdin,
             &cwd,
-            env_digest(&policy, &ctx.workspace, &cwd),
+            env_digest_of(&env_now),
         ),
         bindings: current_bindings,
         writable_run_in_progress: crate::workspace::writable_run_in_progress(state, &ctx.workspace),
@@ -1301,12 +1332,21 @@ pub fn resume_opened(id: &str, state: &Path, store: ApprovalStore) -> Finished {
         },
     };
     match store.begin_resume(id, &current, now_ms()) {
-        Err(e) => refused(
-            &mut log,
-            receipt,
-            refusal_code(&e),
-            format!("tether-exec: refusing to resume {id}: {e}"),
-        ),
+        Err(e) => {
+            // Which variables changed, where the action kept their names.
+            let which = match &e {
+                ApprovalError::Changed { .. } if action.intent.env_digest != current.intent.env_digest && !ctx.env.is_empty() => {
+                    format!(" (the environment: {})", env_changes(&ctx.env, &env_names(&env_now)))
+                }
+                _ => String::new(),
+            };
+            refused(
+                &mut log,
+                receipt,
+                refusal_code(&e),
+                format!("tether-exec: refusing to resume {id}: {e}{which}"),
+            )
+        }
         Ok(Resume::Rejected(reason)) => {
             if let Some(pr) = &ctx.preview {
                 crate::workspace::overlay::discard_preview(&pr.dir);

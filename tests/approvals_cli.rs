@@ -1040,3 +1040,46 @@ fn a_resume_while_the_action_runs_elsewhere_is_told_to_wait() {
     assert!(text(&o).contains("already ran"), "{}", text(&o));
     assert_eq!(std::fs::read_to_string(w.ws.join("logs/runs.log")).unwrap(), "run\n");
 }
+
+/// A resume refused because the environment the command would get changed
+/// names the variables, never their values; the same environment runs it.
+#[test]
+fn a_changed_environment_is_named_variable_by_variable() {
+    let w = World::new();
+    let p = w.policy(
+        "require_approval_for = [{ prefix = \"tee\", preview = false }]\ndefault = \"allow\"\nfingerprint_ignore = [\"logs\"]\n",
+    );
+    std::fs::create_dir_all(w.ws.join("logs")).unwrap();
+    let o = w
+        .command(&["run", "--policy", p.to_str().unwrap(), "-c", "echo run | tee -a logs/runs.log"])
+        .env("LANG", "C.UTF-8")
+        .env("TZ", "UTC")
+        .env_remove("NO_COLOR")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(75), "{}", text(&o));
+    let id = held_id(&String::from_utf8_lossy(&o.stderr));
+    assert!(w.tx(&["approve", &id]).status.success());
+    let o = w
+        .command(&["resume", &id])
+        .env("LANG", "xx_SECRET_VALUE")
+        .env_remove("TZ")
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    let said = text(&o);
+    assert!(said.contains("LANG changed") && said.contains("TZ removed") && said.contains("NO_COLOR added"), "{said}");
+    assert!(!said.contains("SECRET_VALUE"), "{said}");
+    assert!(!exists(&w.ws.join("logs/runs.log")));
+    // Control: the environment it was held with runs it.
+    let o = w
+        .command(&["resume", &id])
+        .env("LANG", "C.UTF-8")
+        .env("TZ", "UTC")
+        .env_remove("NO_COLOR")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(std::fs::read_to_string(w.ws.join("logs/runs.log")).unwrap(), "run\n");
+}
