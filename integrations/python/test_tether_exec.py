@@ -175,5 +175,81 @@ class ApprovalFlow(Base):
         self.assertEqual((self.ws / "got.txt").read_text(), "payload")
 
 
+class HarnessEdges(Base):
+    """What a harness sends that the command line could misread."""
+
+    def test_text_that_starts_with_a_dash_is_never_an_option(self) -> None:
+        tx = self.tx(self.policy(network=False).to_dict(), session="-s1")
+        r = tx.run("--version")
+        # Judged as the script `--version` (a program of that name, which
+        # the gate holds), in the session `-s1`: not a usage error.
+        self.assertEqual((r.decision, r.exit_code), ("ask", 75), r.observation)
+        self.assertIn("--version", r.observation)
+        self.assertIn("Session `-s1`", r.observation)
+        self.assertEqual(tx.resume("--help").decision, "error")
+        self.assertNotEqual(tx.approve("--help").returncode, 0)
+        self.assertNotEqual(tx.reject("--help", "r").returncode, 0)
+
+    def test_an_empty_command_with_stdin_runs_stdin_as_tether_does(self) -> None:
+        pol = self.policy(network=False)
+        ours = self.tx(pol.to_dict()).run("  ", stdin="echo from-stdin")
+        code, theirs = asyncio.run(pol.execute_bash_with_code("  ", "echo from-stdin"))
+        self.assertEqual((ours.exit_code, ours.observation), (code, theirs))
+        self.assertEqual(ours.observation, "from-stdin\n")
+
+    def test_a_toml_policy_gives_its_timeout_and_output_cap(self) -> None:
+        path = self.ws.parent / "p.toml"
+        path.write_text('default = "allow"\ntimeout_seconds = 1\n')
+        r = TetherExec(self.ws, path, state_dir=self.state).run("sleep 30")
+        self.assertEqual(r.exit_code, 124)
+        self.assertEqual(r.observation, "Error: command timed out after 1.0s (SIGKILL).")
+
+    def test_policies_are_stored_in_the_state_directory_and_never_trusted_elsewhere(self) -> None:
+        tx = self.tx(self.policy(network=False).to_dict())
+        self.assertEqual(tx.policy_path.parent, self.state / "policies")
+        self.assertEqual(tx.baseline_path.parent, self.state / "policies")
+        # Without a state directory: tether-exec's own default, never a
+        # shared temporary folder.
+        os.environ["TETHER_EXEC_STATE_DIR"] = str(self.state.parent / "default-state")
+        try:
+            other = TetherExec(self.ws, {"default": "allow"})
+        finally:
+            del os.environ["TETHER_EXEC_STATE_DIR"]
+        self.assertEqual(other.policy_path.parent, self.state.parent / "default-state" / "policies")
+        # A stored policy someone changed is written back, not trusted.
+        tx.baseline_path.write_text('default = "allow"\n')
+        again = self.tx(self.policy(network=False).to_dict())
+        self.assertIn("deny", again.baseline_path.read_text())
+        self.assertEqual(again.run("dd if=/dev/zero of=/dev/null count=1").decision, "deny")
+        # A folder others can write is refused.
+        (self.state / "policies").chmod(0o777)
+        with self.assertRaises(PermissionError):
+            self.tx({"default": "allow"})
+
+    def test_threads_storing_one_policy_never_see_it_half_written(self) -> None:
+        import threading
+
+        policy = self.policy(network=False).to_dict()
+        errors: list[BaseException] = []
+        seen: list[str] = []
+
+        def make() -> None:
+            try:
+                tx = self.tx(dict(policy, note="x" * 200_000))
+                seen.append(tx.policy_path.read_text())
+            except BaseException as e:  # noqa: BLE001 - collected for the assertion
+                errors.append(e)
+
+        threads = [threading.Thread(target=make) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(errors, [])
+        self.assertEqual(len({len(s) for s in seen}), 1, "every thread read the whole policy")
+        leftovers = [p.name for p in (self.state / "policies").iterdir() if p.name.endswith(".tmp")]
+        self.assertEqual(leftovers, [])
+
+
 if __name__ == "__main__":
     unittest.main()

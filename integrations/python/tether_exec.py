@@ -15,8 +15,9 @@ call (the observation is the command's output) or rejects and resumes (the
 observation is ``[ACTION REJECTED BY POLICY]: <reason>``).
 
 The policy may be tether's ``SandboxPolicy.to_dict()`` unchanged, any dict of
-tether-exec's policy keys, or a path to a policy file. A dict is stored
-content-addressed in the state directory, so ``resume`` re-reads the very file
+tether-exec's policy keys, or a path to a policy file (``.toml`` or
+``.json``). A dict is stored content-addressed in the state directory (the one
+given, else tether-exec's own default), so ``resume`` re-reads the very file
 the action was held under.
 """
 
@@ -25,7 +26,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pwd
 import shutil
+import stat
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
@@ -88,6 +91,41 @@ def render_observation(returncode: int, stdout: str, stderr: str, max_output_cha
     return combined
 
 
+def _default_state_dir() -> Path:
+    """tether-exec's own default state directory (as it resolves it)."""
+    explicit = os.environ.get("TETHER_EXEC_STATE_DIR")
+    if explicit:
+        return Path(explicit)
+    xdg = os.environ.get("XDG_STATE_HOME")
+    if xdg and os.path.isabs(xdg):
+        return Path(xdg) / "tether-exec"
+    # The password database's home, never $HOME (tether sets it to the workspace).
+    return Path(pwd.getpwuid(os.getuid()).pw_dir) / ".local" / "state" / "tether-exec"
+
+
+def _read_policy_file(path: Path) -> dict[str, Any]:
+    """The keys the module itself uses (timeout, output cap) of a policy file."""
+    if path.suffix == ".json":
+        return json.loads(path.read_text())
+    if path.suffix == ".toml":
+        try:
+            import tomllib
+        except ModuleNotFoundError:  # Python < 3.11
+            try:
+                import tomli as tomllib  # type: ignore[no-redef]
+            except ModuleNotFoundError:
+                return {}
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    return {}
+
+
+def _option(name: str, value: str) -> list[str]:
+    """``NAME VALUE``, or ``NAME=VALUE`` for a value that starts with ``-``
+    (which would otherwise read as an option)."""
+    return [f"{name}={value}"] if value.startswith("-") else [name, value]
+
+
 class TetherExec:
     """A harness's handle on tether-exec for one workspace and session."""
 
@@ -111,8 +149,7 @@ class TetherExec:
             self.policy_path: Path | None = self._store_policy(policy)
         elif policy is not None:
             self.policy_path = Path(policy).resolve()
-            if self.policy_path.suffix == ".json":
-                policy_dict = json.loads(self.policy_path.read_text())
+            policy_dict = _read_policy_file(self.policy_path)
         else:
             self.policy_path = None
         # tether's refusals, as a narrowing layer (on by default).
@@ -127,9 +164,17 @@ class TetherExec:
     # -- plumbing -------------------------------------------------------------
 
     def _policy_dir(self) -> Path:
-        base = self.state_dir or Path(tempfile.gettempdir()) / f"tether-exec-policies-{os.getuid()}"
-        d = base / "policies"
+        # In the state directory, which is the user's own: a folder others
+        # can write (a shared temporary directory) would let them put their
+        # own policy where the harness's is looked for.
+        d = (self.state_dir or _default_state_dir()) / "policies"
         d.mkdir(parents=True, exist_ok=True, mode=0o700)
+        st = os.lstat(d)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+            raise PermissionError(
+                f"{d}: the folder for stored policies must be a directory of yours that others cannot write "
+                f"(owner uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):o}); fix it or remove it"
+            )
         return d
 
     def _store_policy(self, policy: dict[str, Any]) -> Path:
@@ -137,11 +182,23 @@ class TetherExec:
 
     def _store_text(self, text: str, suffix: str) -> Path:
         # Content-addressed: `resume` re-reads exactly the file the action was held under.
-        path = self._policy_dir() / f"{hashlib.sha256(text.encode()).hexdigest()[:24]}{suffix}"
-        if not path.exists():
-            tmp = path.with_suffix(f".tmp{os.getpid()}")
-            tmp.write_text(text)
+        d = self._policy_dir()
+        path = d / f"{hashlib.sha256(text.encode()).hexdigest()[:24]}{suffix}"
+        try:
+            if path.read_text() == text:
+                return path
+        except (FileNotFoundError, UnicodeDecodeError):
+            pass
+        # A temporary file of its own (threads share a pid), whole before it
+        # takes the name: a launch never reads a policy half written.
+        fd, tmp = tempfile.mkstemp(dir=d, prefix=path.name + ".", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
             os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
         return path
 
     def _base(self) -> list[str]:
@@ -199,7 +256,13 @@ class TetherExec:
     # -- the harness API --------------------------------------------------------
 
     def run(self, cmd: str, stdin: str | None = None) -> Result:
-        """Gate and run ``cmd`` (a bash script) confined; see ``Result``."""
+        """Gate and run ``cmd`` (a bash script) confined; see ``Result``.
+
+        As tether's ``execute_bash_with_code``: the command is stripped, and an
+        empty one with stdin runs stdin as the command."""
+        cmd = cmd.strip()
+        if not cmd and stdin:
+            cmd, stdin = stdin.strip(), None
         args = ["run"]
         if self.policy_path:
             args += ["--policy", str(self.policy_path)]
@@ -207,20 +270,22 @@ class TetherExec:
             args += ["--policy", str(self.baseline_path)]
         args += ["--workspace", str(self.workspace)]
         if self.session:
-            args += ["--session", self.session]
-        args += ["-c", cmd]
+            args += _option("--session", self.session)
+        args += _option("-c", cmd)
         return self._result(*self._invoke(args, stdin))
 
     def resume(self, pending_id: str) -> Result:
         """Run an approved held action (once), or learn that it was rejected."""
-        return self._result(*self._invoke(["resume", pending_id], None))
+        return self._result(*self._invoke(["resume", "--", pending_id], None))
 
     def approve(self, pending_id: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(self._base() + ["approve", pending_id], capture_output=True, text=True, check=False)
+        return subprocess.run(
+            self._base() + ["approve", "--", pending_id], capture_output=True, text=True, check=False
+        )
 
     def reject(self, pending_id: str, reason: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            self._base() + ["reject", pending_id, f"--reason={reason}"], capture_output=True, text=True, check=False
+            self._base() + ["reject", f"--reason={reason}", "--", pending_id], capture_output=True, text=True, check=False
         )
 
     def operator_message(self, pending_id: str, message: str) -> Result | None:
@@ -235,9 +300,9 @@ class TetherExec:
         """
         text = message.strip()
         if text == "/approve":
-            return self._result(*self._invoke(["approve", pending_id, "--resume"], None))
+            return self._result(*self._invoke(["approve", "--resume", "--", pending_id], None))
         if text.startswith("/reject"):
             reason = text[len("/reject") :].strip() or "rejected by the operator"
             # One argument: a reason that starts with `-` is still the reason.
-            return self._result(*self._invoke(["reject", pending_id, f"--reason={reason}", "--resume"], None))
+            return self._result(*self._invoke(["reject", f"--reason={reason}", "--resume", "--", pending_id], None))
         return None
