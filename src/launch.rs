@@ -195,10 +195,11 @@ impl Request {
         }
     }
 
-    /// The argv the sandbox executes.
+    /// The argv the sandbox executes. A script is bash's command string
+    /// after `--`, so that one starting with `-` is a command, not options.
     fn sandbox_argv(&self) -> Vec<String> {
         match &self.script {
-            Some(s) => vec!["bash".into(), "-c".into(), s.clone()],
+            Some(s) => vec!["bash".into(), "-c".into(), "--".into(), s.clone()],
             None => self.argv.clone(),
         }
     }
@@ -542,7 +543,11 @@ fn env_changes(then: &[(String, String)], now: &[(String, String)]) -> String {
             Some(_) => {}
         }
     }
-    out.extend(then.keys().filter(|k| !now.contains_key(*k)).map(|k| format!("{k} removed")));
+    out.extend(
+        then.keys()
+            .filter(|k| !now.contains_key(*k))
+            .map(|k| format!("{k} removed")),
+    );
     out.join("; ")
 }
 
@@ -1335,7 +1340,9 @@ pub fn resume_opened(id: &str, state: &Path, store: ApprovalStore) -> Finished {
         Err(e) => {
             // Which variables changed, where the action kept their names.
             let which = match &e {
-                ApprovalError::Changed { .. } if action.intent.env_digest != current.intent.env_digest && !ctx.env.is_empty() => {
+                ApprovalError::Changed { .. }
+                    if action.intent.env_digest != current.intent.env_digest && !ctx.env.is_empty() =>
+                {
                     format!(" (the environment: {})", env_changes(&ctx.env, &env_names(&env_now)))
                 }
                 _ => String::new(),
