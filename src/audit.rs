@@ -2173,18 +2173,40 @@ pub fn read_records(
     session: Option<&str>,
     since: Option<u64>,
 ) -> Result<Vec<AuditRecord>, AuditError> {
+    let (records, unreadable) = read_readable_records(state_dir, session, since)?;
+    match unreadable.into_iter().next() {
+        Some(first) => Err(first),
+        None => Ok(records),
+    }
+}
+
+/// The records [`read_records`] reads, and one error for each line that is
+/// not a record (each naming its line): an operator reading the log of a
+/// damaged or tampered state directory sees every record that can be read,
+/// and where the others were.
+pub fn read_readable_records(
+    state_dir: &Path,
+    session: Option<&str>,
+    since: Option<u64>,
+) -> Result<(Vec<AuditRecord>, Vec<AuditError>), AuditError> {
     let dir = state_dir.join(AUDIT_DIR);
     if !dir.is_dir() {
         return Err(AuditError::NotFound(dir));
     }
     let bytes = read_log_bytes(&dir)?;
-    let mut records = Vec::new();
+    let (mut records, mut unreadable) = (Vec::new(), Vec::new());
     for (index, line) in split_lines(&bytes).into_iter().enumerate() {
-        let record = parse_record(line).map_err(|e| AuditError::Corrupt {
-            path: dir.join(LOG_FILE),
-            line: index as u64 + 1,
-            message: e.to_string(),
-        })?;
+        let record = match parse_record(line) {
+            Ok(r) => r,
+            Err(e) => {
+                unreadable.push(AuditError::Corrupt {
+                    path: dir.join(LOG_FILE),
+                    line: index as u64 + 1,
+                    message: e.to_string(),
+                });
+                continue;
+            }
+        };
         if since.is_some_and(|since| record.seq < since) {
             continue;
         }
@@ -2193,7 +2215,7 @@ pub fn read_records(
         }
         records.push(record);
     }
-    Ok(records)
+    Ok((records, unreadable))
 }
 
 /// One readable line per record. Text that came from the agent (commands,
@@ -2201,7 +2223,9 @@ pub fn read_records(
 /// terminal or fake extra lines.
 pub fn format_human(rec: &AuditRecord) -> String {
     let e = &rec.entry;
-    let mut out = format!("#{} {} {}", rec.seq, rec.time, e.kind.as_str());
+    // The time too: the log is a file, and a record whose time was edited
+    // (which `audit verify` reports) must not rewrite the screen either.
+    let mut out = format!("#{} {} {}", rec.seq, quote_if_needed(&rec.time), e.kind.as_str());
     let mut field = |name: &str, value: &str| {
         out.push(' ');
         out.push_str(name);

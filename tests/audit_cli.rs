@@ -365,3 +365,33 @@ fn a_reader_that_stops_early_ends_audit_show_quietly() {
         o.status
     );
 }
+
+/// `audit show` on a log someone edited: an escape sequence put in a
+/// record's time is shown escaped, and a line that is no record hides none
+/// of the others (each one it cannot read is named, and it exits 125).
+#[test]
+fn audit_show_escapes_an_edited_time_and_shows_every_readable_record() {
+    let w = World::new();
+    populate(&w, 2);
+    let mut lines = log_lines(&w);
+    let mut v: serde_json::Value = serde_json::from_str(&lines[1]).unwrap();
+    v["time"] = serde_json::Value::from("2026-01-01T00:00:00.000Z\u{1b}[1A\u{1b}[2K\r#1 fake");
+    lines[1] = serde_json::to_string(&v).unwrap();
+    lines.insert(2, "[".repeat(100_000));
+    write_lines(&w, &lines);
+    let o = w.tx(&["audit", "show"]);
+    assert!(!o.stdout.contains(&0x1b), "{}", text(&o));
+    assert!(!o.stderr.contains(&0x1b), "{}", text(&o));
+    let shown = stdout(&o);
+    assert_eq!(shown.lines().count(), lines.len() - 1, "every readable record: {shown}");
+    assert!(shown.contains("\\u{1b}[1A"), "{shown}");
+    assert_eq!(o.status.code(), Some(125), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("log.jsonl:3: not an audit record"),
+        "{}",
+        text(&o)
+    );
+    // Control: verify reports both.
+    let (code, out) = verify(&w);
+    assert_ne!(code, 0, "{out}");
+}

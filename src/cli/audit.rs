@@ -35,8 +35,8 @@ pub fn verify(state: &Path, json: bool) -> i32 {
 }
 
 pub fn show(state: &Path, json: bool, session: Option<&str>, since: Option<u64>) -> i32 {
-    match crate::audit::read_records(state, session, since) {
-        Ok(records) => {
+    match crate::audit::read_readable_records(state, session, since) {
+        Ok((records, unreadable)) => {
             for r in &records {
                 if json {
                     println!("{}", serde_json::to_string(r).expect("serialisable"));
@@ -44,7 +44,16 @@ pub fn show(state: &Path, json: bool, session: Option<&str>, since: Option<u64>)
                     println!("{}", crate::audit::format_human(r));
                 }
             }
-            0
+            if unreadable.is_empty() {
+                return 0;
+            }
+            // Every record that can be read is shown; the others named.
+            for e in &unreadable {
+                error_line(&format!(
+                    "{e} (shown: the records that can be read; `tether-exec audit verify` says what happened)"
+                ));
+            }
+            exit::INTERNAL
         }
         Err(e) => {
             error_line(&format!("cannot read the audit log: {e}"));
