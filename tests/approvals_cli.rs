@@ -201,7 +201,10 @@ fn an_expired_approval_leaves_the_action_frozen() {
     assert!(exists(&w.ws.join("build/x")));
     // Frozen: waiting for a human again.
     let listed = stdout(&w.tx(&["pending"]));
-    assert!(listed.contains("frozen") && listed.contains("approvals 0 of 1; 1 expired"), "{listed}");
+    assert!(
+        listed.contains("frozen") && listed.contains("approvals 0 of 1; 1 expired"),
+        "{listed}"
+    );
     // A fresh approval for the same intent replaces the expired one.
     let o = w.tx(&["approve", &id]);
     assert!(o.status.success(), "{}", text(&o));
@@ -1025,7 +1028,12 @@ fn a_resume_while_the_action_runs_elsewhere_is_told_to_wait() {
         "tee -a logs/runs.log < /dev/null; echo run >> logs/runs.log; while [ ! -e logs/go ]; do sleep 0.05; done",
     );
     assert!(w.tx(&["approve", &id]).status.success());
-    let first = w.command(&["resume", &id]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let first = w
+        .command(&["resume", &id])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
     assert!(
         eventually(|| std::fs::read_to_string(w.ws.join("logs/runs.log")).is_ok_and(|l| l == "run\n")),
         "the command started"
@@ -1051,7 +1059,13 @@ fn a_changed_environment_is_named_variable_by_variable() {
     );
     std::fs::create_dir_all(w.ws.join("logs")).unwrap();
     let o = w
-        .command(&["run", "--policy", p.to_str().unwrap(), "-c", "echo run | tee -a logs/runs.log"])
+        .command(&[
+            "run",
+            "--policy",
+            p.to_str().unwrap(),
+            "-c",
+            "echo run | tee -a logs/runs.log",
+        ])
         .env("LANG", "C.UTF-8")
         .env("TZ", "UTC")
         .env_remove("NO_COLOR")
@@ -1069,7 +1083,10 @@ fn a_changed_environment_is_named_variable_by_variable() {
         .unwrap();
     assert_eq!(o.status.code(), Some(77), "{}", text(&o));
     let said = text(&o);
-    assert!(said.contains("LANG changed") && said.contains("TZ removed") && said.contains("NO_COLOR added"), "{said}");
+    assert!(
+        said.contains("LANG changed") && said.contains("TZ removed") && said.contains("NO_COLOR added"),
+        "{said}"
+    );
     assert!(!said.contains("SECRET_VALUE"), "{said}");
     assert!(!exists(&w.ws.join("logs/runs.log")));
     // Control: the environment it was held with runs it.

@@ -3375,18 +3375,29 @@ fn a_symlink_made_in_a_git_directory_never_lands() {
     ] {
         let w = World::new();
         committed_repository(&w);
-        let (victim, reflog, refs) = (w.outside.join("victim"), w.outside.join("reflog"), w.outside.join("refs-elsewhere"));
+        let (victim, reflog, refs) = (
+            w.outside.join("victim"),
+            w.outside.join("reflog"),
+            w.outside.join("refs-elsewhere"),
+        );
         std::fs::write(&victim, "HOST DATA\n").unwrap();
         std::fs::create_dir(&refs).unwrap();
         let o = w.run_policy(policy, &plant(&w));
         assert!(stdout(&o).contains("PLANTED"), "{policy}: {}", text(&o));
         assert_eq!(o.status.code(), Some(code), "{policy}: {}", text(&o));
-        assert!(text(&o).contains("a symlink, through which git would write outside"), "{policy}: {}", text(&o));
+        assert!(
+            text(&o).contains("a symlink, through which git would write outside"),
+            "{policy}: {}",
+            text(&o)
+        );
         assert!(text(&o).contains("a FIFO or device"), "{policy}: {}", text(&o));
         assert!(!exists(&w.ws.join(".git/FETCH_HEAD")), "{policy}: the FIFO landed");
         for p in [".git/COMMIT_EDITMSG", ".git/logs/HEAD", ".git/logs/refs"] {
             let m = std::fs::symlink_metadata(w.ws.join(p));
-            assert!(!m.is_ok_and(|m| m.file_type().is_symlink()), "{policy}: {p} landed as a symlink");
+            assert!(
+                !m.is_ok_and(|m| m.file_type().is_symlink()),
+                "{policy}: {p} landed as a symlink"
+            );
         }
         assert_eq!(
             host_git(&w, &["log", "--format=%s"]).contains("inside"),
@@ -3398,13 +3409,20 @@ fn a_symlink_made_in_a_git_directory_never_lands() {
         host_git(&w, &["commit", "-q", "--allow-empty", "-m", "the person's"]);
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "HOST DATA\n", "{policy}");
         assert!(!exists(&reflog), "{policy}: git wrote the run's reflog target");
-        assert!(!exists(&refs.join("heads")), "{policy}: git wrote through the run's directory link");
+        assert!(
+            !exists(&refs.join("heads")),
+            "{policy}: git wrote through the run's directory link"
+        );
     }
     // Control: without the sandbox the links are git's, and the person's
     // commit writes through them.
     let w = World::new();
     committed_repository(&w);
-    let (victim, reflog, refs) = (w.outside.join("victim"), w.outside.join("reflog"), w.outside.join("refs-elsewhere"));
+    let (victim, reflog, refs) = (
+        w.outside.join("victim"),
+        w.outside.join("reflog"),
+        w.outside.join("refs-elsewhere"),
+    );
     std::fs::write(&victim, "HOST DATA\n").unwrap();
     std::fs::create_dir(&refs).unwrap();
     let c = w.control(&plant(&w));
@@ -3412,7 +3430,10 @@ fn a_symlink_made_in_a_git_directory_never_lands() {
     host_git(&w, &["commit", "-q", "--allow-empty", "-m", "the person's"]);
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "the person's\n", "control");
     assert!(exists(&reflog), "control: git appended to the reflog target");
-    assert!(exists(&refs.join("heads")), "control: git wrote through the directory link");
+    assert!(
+        exists(&refs.join("heads")),
+        "control: git wrote through the directory link"
+    );
     use std::os::unix::fs::FileTypeExt;
     let fifo = std::fs::symlink_metadata(w.ws.join(".git/FETCH_HEAD")).unwrap();
     assert!(fifo.file_type().is_fifo(), "control: the FIFO is git's FETCH_HEAD");

@@ -461,9 +461,17 @@ fn a_script_starting_with_a_dash_is_a_command_not_options() {
     let w = World::new();
     let o = w.tx(&["run", "-c=--version"]);
     assert_eq!(o.status.code(), Some(127), "{}", text(&o));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("--version: command not found"), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--version: command not found"),
+        "{}",
+        text(&o)
+    );
     // Control: bash reads the same string as an option without `--`.
     let c = Command::new("bash").args(["-c", "--version"]).output().unwrap();
     assert_eq!(c.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&c.stderr).contains("invalid option"), "{}", text(&c));
+    assert!(
+        String::from_utf8_lossy(&c.stderr).contains("invalid option"),
+        "{}",
+        text(&c)
+    );
 }

@@ -303,7 +303,11 @@ pub fn approve(state: &Path, id: &str) -> i32 {
     };
     match approved {
         Ok(a) => {
-            println!("approved {id} as {} ({})", key.key_id(), approvals_line(&st, &a, " approvals"));
+            println!(
+                "approved {id} as {} ({})",
+                key.key_id(),
+                approvals_line(&st, &a, " approvals")
+            );
             if counted_approvals(&st, &a).0 as u32 >= a.required_approvals {
                 println!("run it with `tether-exec resume {id}`");
             }
