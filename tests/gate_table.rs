@@ -611,6 +611,85 @@ const DEFAULT_ALLOW_TABLE: &[(&str, Verdict)] = &[
     ("git grep $(echo -Orm) data", Q),
     // `$[...]`, an old spelling of arithmetic.
     ("echo $[PATH=1] >/dev/null; ls", Q),
+    // --- sixth red-team pass ------------------------------------------------------------------
+    // A script for sh (dash) or another shell, in syntax bash alone reads as the gate does.
+    ("echo 'rm -rf victim' | sh -c '((sh))'", Q),
+    ("sh -c \"echo \\$'a\\\\' ; rm -rf victim ; echo ' #'\"", Q),
+    ("dash -c 'echo $\"x\"; [[ -n x ]]'", Q),
+    ("sh -c 'ls &> /dev/null'", Q),
+    ("watch \"echo \\$'a\\\\' ; rm victim ; echo ' #'\"", Q),
+    ("zsh -c '=rm victim'", Q),
+    ("fish -c 'true; and rm victim'", Q),
+    // `${ cmd; }` and `${|cmd;}`: command substitutions in bash 5.3, ksh and mksh.
+    ("echo ${ rm victim;}", Q),
+    ("echo \"${|rm victim;}\"", Q),
+    ("cat <<EOF\n${ rm victim; }\nEOF", Q),
+    ("ksh -c 'echo ${ rm victim;}'", Q),
+    // An assignment to a variable whose name is only known at run time.
+    ("set -a; x=GIT_SSH_COMMAND; : ${!x:='rm -rf victim'}; git fetch", Q),
+    (": ${!x='rm -rf victim'}", Q),
+    // Options count only before the command a wrapper runs.
+    ("ionice git push -u origin main", Q),
+    ("ionice curl -p http://x", D),
+    ("watch 'echo; rm -rf victim' -x", D),
+    // Options that run a program.
+    ("split --filter='rm -rf victim' s.txt", Q),
+    ("sort -S 64K --compress-program=sh f", Q),
+    ("sort -S 64K --compress-program sh f", Q),
+    ("sdiff --diff-program=sh a b", Q),
+    ("diff3 --diff-prog=sh a b c", Q),
+    ("git send-email --sendmail-cmd='rm -rf victim' x.patch", Q),
+    ("gpg --photo-viewer 'rm -rf victim' --list-keys", Q),
+    // Programs that run a program from their arguments.
+    ("perf stat rm -rf victim", D),
+    ("perf record -g -- rm -rf victim", D),
+    ("perf trace rm victim", D),
+    ("tmux new-session -d 'rm -rf victim'", Q),
+    ("tmux new-window 'rm victim'", Q),
+    ("tmux split-window 'rm victim'", Q),
+    ("fakeroot-sysv rm -rf victim", D),
+    ("fakeroot-tcp rm -rf victim", D),
+    ("valgrind.bin rm victim", D),
+    ("gdbtui -batch -ex 'shell rm victim'", Q),
+    ("systemd-inhibit rm victim", D),
+    ("pg_virtualenv rm victim", D),
+    // `printf -v` makes text with escapes and conversions.
+    ("printf -v x \"a[\\x24(rm -rf victim)]\"; echo $((x))", Q),
+    ("printf -v x '%b' 'a[\\x24(rm victim)]'; echo $((x))", Q),
+    ("printf -v x '%s' \"$y\"; echo $((x))", Q),
+    ("printf -v z '%s%s' 'a[$' '(rm victim)]'; echo $((z))", Q),
+    // Assignments to PATH and the command table in other places.
+    ("coproc PATH { :; }", Q),
+    ("wait -n -p PATH", Q),
+    ("[[ PATH=7 -eq 7 ]]", Q),
+    ("[[ \"BASH_CMDS[ls]=9\" -eq 1 ]]", Q),
+    ("echo ${a[PATH=3]}", Q),
+    ("echo ${a:PATH=0:1}", Q),
+    ("declare -i n; n=PATH=4; ls", Q),
+    // Assignments between sudo's options and its command.
+    ("sudo FOO=1 rm -rf victim", D),
+    ("sudo -E FOO=1 curl http://x", D),
+    ("sudo LD_PRELOAD=x ls", Q),
+    // Everyday commands near these rules, still allowed.
+    ("sh -c 'ls && echo ok'", A),
+    ("sh -c 'echo $((1 + 2)); grep -q \"x$\" f'", A),
+    ("dash -c 'for f in *.txt; do wc -l \"$f\"; done'", A),
+    ("bash -c '[[ -n x ]] && ls &> /dev/null'", A),
+    ("ionice -c3 make", A),
+    ("ionice -c2 -n7 -p 123", A),
+    ("watch -n1 ls", A),
+    ("watch -n 1 -x ls", A),
+    ("sort -k2 f", A),
+    ("sort -u --check f", A),
+    ("printf '%s\\n' a b", A),
+    ("printf -v padded '%05d' \"$n\"", A),
+    ("printf -v now '%(%F)T' -1", A),
+    ("printf -v line '%s: %d\\n' name 3", A),
+    ("wait \"$pid\"", A),
+    ("[[ $n -eq 1 ]] && echo \"${a[i+1]}\" \"${s:1:2}\" \"$PATH\"", A),
+    ("declare -i n; n=5; x=$PATH; echo $n", A),
+    ("env FOO=1 ls", A),
+    ("git send-email --to=a@example.com x.patch", A),
 ];
 
 #[test]
@@ -796,6 +875,57 @@ const ALLOWLIST_TABLE: &[(&str, Verdict)] = &[
     ("unset x; ls", A),
     ("((n=1)); echo $n", A),
 ];
+
+/// An allowlist that names programs which run a command string with a
+/// shell: what the string runs still meets the deny and ask rules.
+const WRAPPERS_ALLOWED: &str = r#"
+version = 1
+default = "ask"
+bash_allow_prefixes = ["flock", "script", "su", "sg", "hyperfine", "parallel", "expect", "gdb", "tmux", "ls",
+  "echo", "perf"]
+require_approval_for = ["git push"]
+deny = ["rm", "curl"]
+"#;
+
+/// (script, expected verdict) under `WRAPPERS_ALLOWED`.
+const WRAPPERS_ALLOWED_TABLE: &[(&str, Verdict)] = &[
+    ("flock lock -c 'rm -rf victim'", D),
+    ("flock lock --command 'git push origin main'", Q),
+    ("script -qc 'rm -rf victim' /dev/null", D),
+    ("script -q --command='rm victim' /dev/null", D),
+    ("su -c 'rm victim'", D),
+    ("su -lc 'rm victim'", D),
+    ("su root -c 'rm victim'", D),
+    ("sg users 'rm -rf victim'", D),
+    ("sg users -c 'rm -rf victim'", D),
+    ("hyperfine 'rm -rf victim'", D),
+    ("hyperfine -w 3 --prepare 'rm victim' 'ls'", D),
+    ("hyperfine -L x ls '{x} victim'", Q),
+    ("parallel 'rm {}' ::: victim", Q),
+    ("expect -c 'spawn rm victim'", Q),
+    ("gdb -batch -ex 'shell rm victim'", Q),
+    ("gdb -batch -iex 'shell rm victim' ./a.out", Q),
+    ("tmux new-session -d 'rm -rf victim'", Q),
+    ("perf stat rm victim", D),
+    // A string run by $SHELL, which may be any shell, asks.
+    ("flock lock -c 'ls'", Q),
+    ("script -qc 'ls' /dev/null", Q),
+    ("su", Q),
+    ("script /dev/null", Q),
+    // Still allowed: what the rules name, read as the shell that runs it reads it.
+    ("sg users 'ls -la'", A),
+    ("hyperfine -w 3 'ls' 'ls -la'", A),
+    ("hyperfine --runs 5 --export-json out.json 'echo hi'", A),
+    ("gdb -batch ./a.out", A),
+    ("expect run.exp", A),
+    ("flock lock ls", A),
+    ("perf stat ls", A),
+];
+
+#[test]
+fn wrappers_allowed_table() {
+    assert_table(&policy_from(WRAPPERS_ALLOWED, "wrappers.toml"), WRAPPERS_ALLOWED_TABLE);
+}
 
 #[test]
 fn allowlist_table() {

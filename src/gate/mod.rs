@@ -21,7 +21,14 @@
 //! that program. Programs that run a program from their arguments with
 //! options the gate does not parse (`taskset`, `strace`, ...) ask unless an
 //! allow rule names them, and every program their arguments name meets the
-//! deny and ask rules.
+//! deny and ask rules; a command string they hand a shell (`flock -c`, `su
+//! -c`, `sg`, `hyperfine`) is judged as a script, and asks where it is run
+//! by `$SHELL` or a login shell, which may be any shell.
+//!
+//! A script given to a shell other than bash (`sh -c`, where sh is dash) is
+//! judged by bash's grammar only where the two agree: bash's own syntax in
+//! it (`((`, `[[`, `$'...'`, `<<<`, ...) asks, and so does any script for
+//! zsh, fish or csh, whose grammars are their own.
 //!
 //! # What the gate does not see
 //!
@@ -53,7 +60,11 @@
 //!   the variable is already an array in that scope (bash 5.2); whether it
 //!   is depends on the rest of the script at run time.
 //! - `printf "$fmt" ...`: a format of `-vPATH` makes printf set PATH
-//!   (`printf -- "$fmt"` does not ask).
+//!   (`printf -- "$fmt"` does not ask). `printf -v x '%s' "$y"`, `%b`, an
+//!   escape such as `\x24`: the value is text the gate does not see
+//!   written, and runs its `a[$(cmd)]` if evaluated.
+//! - `sh -c '[[ -f x ]] && ...'`: dash runs `[[` as a program and what
+//!   follows `&&` or `||` inside it as commands.
 //! - `IFS=... cmd` for any command but `read`, and `xargs -n1 tar -tf`
 //!   (xargs adds words to a program whose options may name what it runs).
 
@@ -230,8 +241,15 @@ pub fn decide(policy: &Policy, input: Input<'_>, ctx: &Context) -> Result<Decisi
         })
         .flat_map(|args| args.iter().map(|w| w.lit().unwrap_or("*").to_string()))
         .collect();
+    // A variable declared an integer anywhere (`declare -i n`) evaluates
+    // what is assigned to it as arithmetic, assignments included
+    // (`n=PATH=4`); which variable an assignment reaches is not followed.
+    let integer_variables = units
+        .iter()
+        .any(|u| matches!(u, Unit::Command(s) if normalize::declares_integers(&s.words)));
     // Functions count from their definition on, as the units come in order.
     let mut g = Gate {
+        integer_variables,
         functions: Vec::new(),
         outer_functions: Vec::new(),
         unset_anywhere,
@@ -342,6 +360,9 @@ struct Gate<'a> {
     functions: Vec<String>,
     /// Names given to `unset` anywhere so far.
     unset_anywhere: Vec<String>,
+    /// The script declares an integer variable, so an assignment's value
+    /// may be evaluated as arithmetic.
+    integer_variables: bool,
     /// The functions of the shells around the one being judged.
     outer_functions: Vec<Vec<String>>,
     /// The command being judged calls a function: by its bare name, not
@@ -431,6 +452,9 @@ impl Gate<'_> {
         // into the variables it sets; what later commands run is untouched.
         let reads_a_line =
             matches!(s.words.first(), Some(Word::Lit(w)) if w == "read") && !self.functions.iter().any(|f| f == "read");
+        self.integer_variables |= normalize::declares_integers(&s.words);
+        let values = s.assignments.iter().map(|(_, v)| v.display());
+        self.arithmetic_values(&shown, values);
         for (name, _) in &s.assignments {
             if is_dangerous_env(name) && !(name == "IFS" && reads_a_line) {
                 let how = if s.words.is_empty() {
@@ -545,7 +569,7 @@ impl Gate<'_> {
                 if let Some(code) = code.filter(|c| !c.is_empty() && c.iter().all(|w| w.lit().is_some())) {
                     let script = code.iter().filter_map(Word::lit).collect::<Vec<_>>().join(" ");
                     let mut units = Vec::new();
-                    parse::parse_nested(&script, depth + 1, cwd, &mut units);
+                    parse::parse_nested(&script, "bash", depth + 1, cwd, &mut units);
                     queue.extend(units);
                 }
                 self.push(shown, Verdict::Ask, format!("not understood: {why}"), "parser");
@@ -561,6 +585,11 @@ impl Gate<'_> {
                     ),
                     "assignment",
                 );
+            }
+            if prog.name == "printf" {
+                if let Some(why) = normalize::printf_assigns_unseen_text(&words) {
+                    self.push(shown.clone(), Verdict::Ask, why, "assignment");
+                }
             }
             let names = normalize::assigned_names(&prog.name, &words);
             if let Some(n) = names.iter().find(|n| is_dangerous_env(n)) {
@@ -591,6 +620,11 @@ impl Gate<'_> {
                         "assignment",
                     );
                 }
+                let values = words
+                    .iter()
+                    .skip(1)
+                    .filter_map(|w| w.display().split_once('=').map(|(_, v)| v));
+                self.arithmetic_values(&shown, values);
                 if prog.name == "export" && words.iter().any(|w| w.lit() == Some("-f")) {
                     self.push(
                         shown.clone(),
@@ -669,6 +703,35 @@ impl Gate<'_> {
                             self.rules_only(&inner, &words[i..], &words_text(&words[i..]));
                         }
                     }
+                    // The command strings it runs with a shell (`flock LOCK
+                    // -c 'make'`) are scripts, judged as such.
+                    match normalize::command_strings(&role, &words) {
+                        Ok(strings) => {
+                            for script in &strings.scripts {
+                                match script {
+                                    Word::Lit(script) => {
+                                        let mut units = Vec::new();
+                                        parse::parse_nested(script, strings.shell, depth + 1, cwd, &mut units);
+                                        queue.extend(units);
+                                    }
+                                    other => self.push(
+                                        shown.clone(),
+                                        Verdict::Ask,
+                                        format!(
+                                            "`{}` runs a command string only known at run time (`{}`)",
+                                            prog.name,
+                                            other.display()
+                                        ),
+                                        "parser",
+                                    ),
+                                }
+                            }
+                        }
+                        Err(why) => {
+                            self.ask_after_rules(&prog, &words, shown, format!("not understood: {why}"));
+                            return;
+                        }
+                    }
                     // Allowed as it is by a rule, unless its arguments hold
                     // something the suffix scan cannot follow: a shell, a
                     // wrapper, git (its options), a word only known at run time.
@@ -723,7 +786,7 @@ impl Gate<'_> {
                         ),
                         Word::Lit(script) => {
                             let mut units = Vec::new();
-                            parse::parse_nested(script, depth + 1, cwd, &mut units);
+                            parse::parse_nested(script, &role, depth + 1, cwd, &mut units);
                             queue.extend(units);
                         }
                         other => self.push(
@@ -744,7 +807,8 @@ impl Gate<'_> {
                     if words[from..].iter().all(|w| w.lit().is_some()) {
                         let script = words[from..].iter().filter_map(Word::lit).collect::<Vec<_>>().join(" ");
                         let mut units = Vec::new();
-                        parse::parse_nested(&script, depth + 1, cwd, &mut units);
+                        // watch runs the text with `sh -c`.
+                        parse::parse_nested(&script, "sh", depth + 1, cwd, &mut units);
                         queue.extend(units);
                     } else {
                         self.push(
@@ -824,6 +888,32 @@ impl Gate<'_> {
             self.final_command(&prog, &argv, &format!("{prefix}{}", words_text(&argv)));
             self.calling_function = false;
             return;
+        }
+    }
+
+    /// Values assigned where the script has integer variables: bash may
+    /// evaluate them as arithmetic, whose assignments to PATH and its kin
+    /// change what later commands run.
+    fn arithmetic_values<'v>(&mut self, shown: &str, values: impl Iterator<Item = &'v str>) {
+        if !self.integer_variables {
+            return;
+        }
+        for value in values {
+            // `$PATH`, `${PATH}` are expanded before, and assign nothing.
+            let expanded = |name: &str| {
+                let at = name.as_ptr() as usize - value.as_ptr() as usize;
+                value[..at].ends_with('$') || value[..at].ends_with("${")
+            };
+            let assignable = parse::identifiers(value).find(|n| is_dangerous_env(n) && !expanded(n));
+            if let Some(name) = assignable {
+                self.push(
+                    shown.to_string(),
+                    Verdict::Ask,
+                    format!("the script declares integer variables, whose assigned values bash evaluates as arithmetic; this value names {name}, which arithmetic can assign"),
+                    "assignment",
+                );
+                return;
+            }
         }
     }
 

@@ -20,7 +20,37 @@ const SYSTEM_BIN_DIRS: &[&str] = &[
 ];
 
 /// Shells that take `-c SCRIPT`.
-pub const SHELLS: &[&str] = &["bash", "sh", "dash", "zsh", "ksh", "mksh", "ash", "yash", "rbash"];
+pub const SHELLS: &[&str] = &[
+    "bash", "sh", "dash", "zsh", "ksh", "mksh", "ash", "yash", "rbash", "posh", "fish", "csh", "tcsh",
+];
+
+/// Who reads a command string a program hands to `$SHELL -c` (`flock -c`,
+/// `script -c`) or to the user's login shell (`su -c`): a shell only known
+/// at run time.
+pub const RUN_TIME_SHELL: &str = "$SHELL";
+
+/// Whether a shell reads scripts with bash's grammar, the one the gate parses.
+pub fn reads_bash_grammar(shell: &str) -> bool {
+    matches!(shell, "bash" | "rbash")
+}
+
+/// Why a script a shell reads cannot be judged by bash's grammar at all:
+/// zsh runs `=rm` as `/usr/bin/rm` and `noglob rm` as rm, fish runs
+/// `and rm` and `(rm)`, csh has a grammar of its own; `$SHELL` may be any.
+/// POSIX shells (sh, dash, ksh, ...) are judged, asking where the script
+/// uses bash's own syntax.
+pub fn grammar_unlike_bash(shell: &str) -> Option<String> {
+    match shell {
+        "zsh" | "fish" | "csh" | "tcsh" => Some(format!(
+            "`{shell}` reads scripts with a grammar of its own, which the gate does not parse"
+        )),
+        RUN_TIME_SHELL => Some(
+            "the command string runs with $SHELL or a login shell, a shell only known at run time (zsh and fish read other grammars)"
+                .into(),
+        ),
+        _ => None,
+    }
+}
 
 /// Programs that execute code they read from standard input.
 pub fn is_interpreter(prog: &str) -> bool {
@@ -126,6 +156,36 @@ fn skip_options_with_optional(
     valued: &[&str],
     who: &str,
 ) -> Result<usize, String> {
+    parse_options(words, start, flags, optional, valued, who).map(|o| o.operand)
+}
+
+/// A wrapper's options as getopt reads them, up to its first operand.
+struct Options {
+    /// The index of the first operand.
+    operand: usize,
+    /// Every option given, by the name it is listed under (`-x` for the
+    /// `x` of `-bx`, `--exec` for `--exec=...`).
+    given: Vec<String>,
+}
+
+impl Options {
+    fn has(&self, any_of: &[&str]) -> bool {
+        self.given.iter().any(|g| any_of.contains(&g.as_str()))
+    }
+}
+
+/// [`skip_options_with_optional`], keeping the options it read: options
+/// count only before the operand where getopt stops (`watch cmd -x`
+/// passes `-x` on to the command).
+fn parse_options(
+    words: &[Word],
+    start: usize,
+    flags: &[&str],
+    optional: &[&str],
+    valued: &[&str],
+    who: &str,
+) -> Result<Options, String> {
+    let mut given = Vec::new();
     let mut i = start;
     while i < words.len() {
         let Some(w) = lit(words, i) else {
@@ -134,21 +194,24 @@ fn skip_options_with_optional(
             ));
         };
         if w == "--" {
-            return Ok(i + 1);
+            return Ok(Options { operand: i + 1, given });
         }
         if !w.starts_with('-') || w == "-" {
-            return Ok(i);
+            return Ok(Options { operand: i, given });
         }
         if flags.contains(&w) || optional.contains(&w) {
+            given.push(w.to_string());
             i += 1;
             continue;
         }
         if valued.contains(&w) {
+            given.push(w.to_string());
             i += 2;
             continue;
         }
         if let Some((opt, _)) = w.split_once('=') {
             if valued.contains(&opt) && opt.starts_with("--") {
+                given.push(opt.to_string());
                 i += 1;
                 continue;
             }
@@ -158,22 +221,27 @@ fn skip_options_with_optional(
         // (`-rt`, `-n10`, `-0I{}`, `-rI {}`).
         if !w.starts_with("--") {
             let mut next = None;
+            let mut cluster = Vec::new();
             for (at, c) in w.char_indices().skip(1) {
                 let opt = format!("-{c}");
                 if flags.contains(&opt.as_str()) {
+                    cluster.push(opt);
                     continue;
                 }
                 if optional.contains(&opt.as_str()) {
+                    cluster.push(opt);
                     next = Some(i + 1);
                     break;
                 }
                 if valued.contains(&opt.as_str()) {
+                    cluster.push(opt);
                     next = Some(if at + c.len_utf8() < w.len() { i + 1 } else { i + 2 });
                 }
                 break;
             }
             let all_flags = w[1..].chars().all(|c| flags.contains(&format!("-{c}").as_str()));
             if let Some(n) = next.or(all_flags.then_some(i + 1)) {
+                given.extend(cluster);
                 i = n;
                 continue;
             }
@@ -182,7 +250,30 @@ fn skip_options_with_optional(
             "`{who}` option `{w}` is not one the gate knows; it cannot tell what runs"
         ));
     }
-    Ok(i)
+    Ok(Options { operand: i, given })
+}
+
+/// `NAME=VALUE` words from `start` on, which set the environment of the
+/// command after them (`env X=1 cmd`, `sudo X=1 cmd`). The command starts
+/// after them; one that changes what programs run asks.
+fn after_assignments(words: &[Word], start: usize, who: &str) -> Unwrapped {
+    let mut i = start;
+    let mut ask = None;
+    while let Some((name, _)) = lit(words, i)
+        .and_then(|w| w.split_once('='))
+        .filter(|(n, _)| !n.is_empty())
+    {
+        if crate::policy::is_dangerous_env(name) && ask.is_none() {
+            ask = Some(format!("`{who}` sets {name}, which changes what programs run"));
+        }
+        i += 1;
+    }
+    match (i < words.len(), ask) {
+        (true, Some(why)) => Unwrapped::InnerAsk(i, why),
+        (true, None) => Unwrapped::Inner(i),
+        (false, Some(why)) => Unwrapped::Ask(why),
+        (false, None) => Unwrapped::Final,
+    }
 }
 
 /// Unwrap one level: is `words[0]` (normalised to `prog`) a wrapper?
@@ -195,7 +286,6 @@ pub fn unwrap(prog: &str, words: &[Word]) -> Unwrapped {
     match prog {
         "env" => {
             let mut i = 1;
-            let mut ask: Option<String> = None;
             while i < words.len() {
                 let Some(w) = lit(words, i) else {
                     return Unwrapped::Ask("`env` has a non-literal argument".into());
@@ -203,17 +293,8 @@ pub fn unwrap(prog: &str, words: &[Word]) -> Unwrapped {
                 match w {
                     "-i" | "--ignore-environment" | "-0" | "--null" | "-v" | "--debug" | "-" => i += 1,
                     "-u" | "--unset" | "-C" | "--chdir" => i += 2,
-                    "--" => {
-                        // Options end here; assignments do not.
-                        i += 1;
-                        while let Some((name, _)) = lit(words, i).and_then(|w| w.split_once('=')) {
-                            if crate::policy::is_dangerous_env(name) && ask.is_none() {
-                                ask = Some(format!("`env` sets {name}, which changes what programs run"));
-                            }
-                            i += 1;
-                        }
-                        break;
-                    }
+                    // Options end here; assignments do not.
+                    "--" => return after_assignments(words, i + 1, "env"),
                     "-S" | "--split-string" => {
                         return Unwrapped::Ask("`env -S` splits a string into a command line".into())
                     }
@@ -229,24 +310,10 @@ pub fn unwrap(prog: &str, words: &[Word]) -> Unwrapped {
                     _ if w.starts_with('-') => {
                         return Unwrapped::Ask(format!("`env` option `{w}` is not one the gate knows"))
                     }
-                    _ => {
-                        if let Some((name, _)) = w.split_once('=') {
-                            if crate::policy::is_dangerous_env(name) && ask.is_none() {
-                                ask = Some(format!("`env` sets {name}, which changes what programs run"));
-                            }
-                            i += 1;
-                        } else {
-                            break;
-                        }
-                    }
+                    _ => break,
                 }
             }
-            match (i < words.len(), ask) {
-                (true, Some(why)) => Unwrapped::InnerAsk(i, why),
-                (true, None) => Unwrapped::Inner(i),
-                (false, Some(why)) => Unwrapped::Ask(why),
-                (false, None) => Unwrapped::Final,
-            }
+            after_assignments(words, i, "env")
         }
         "timeout" => match skip_options(
             words,
@@ -284,16 +351,15 @@ pub fn unwrap(prog: &str, words: &[Word]) -> Unwrapped {
             "stdbuf",
         )),
         "ionice" => {
-            if words.iter().any(|w| matches!(w.lit(), Some("-p" | "-P" | "-u"))) {
-                return Unwrapped::Final;
+            const IDS: &[&str] = &["-p", "--pid", "-P", "--pgid", "-u", "--uid"];
+            let mut valued = vec!["-c", "--class", "-n", "--classdata"];
+            valued.extend(IDS);
+            match parse_options(words, 1, &["-t", "--ignore"], &[], &valued, "ionice") {
+                // Given process, group or user ids among its options (it
+                // stops at its first operand), ionice runs nothing.
+                Ok(o) if o.has(IDS) => Unwrapped::Final,
+                r => inner_or_final(r.map(|o| o.operand)),
             }
-            inner_or_final(skip_options(
-                words,
-                1,
-                &["-t", "--ignore"],
-                &["-c", "--class", "-n", "--classdata"],
-                "ionice",
-            ))
         }
         "time" => {
             let r = skip_options(
@@ -392,7 +458,9 @@ pub fn unwrap(prog: &str, words: &[Word]) -> Unwrapped {
             if shell_flag {
                 return Unwrapped::Ask(format!("`{prog}` starts a shell"));
             }
-            inner_or_final(skip_options(
+            // `sudo FOO=1 cmd`: assignments after the options set the
+            // command's environment; the command follows them.
+            match skip_options(
                 words,
                 1,
                 &[
@@ -435,9 +503,12 @@ pub fn unwrap(prog: &str, words: &[Word]) -> Unwrapped {
                     "--command-timeout",
                 ],
                 prog,
-            ))
+            ) {
+                Ok(i) => after_assignments(words, i, prog),
+                Err(e) => Unwrapped::Ask(e),
+            }
         }
-        "watch" => match skip_options(
+        "watch" => match parse_options(
             words,
             1,
             &[
@@ -460,17 +531,17 @@ pub fn unwrap(prog: &str, words: &[Word]) -> Unwrapped {
                 "--precise",
                 "-r",
                 "--no-rerun",
+                "-x",
+                "--exec",
             ],
+            &[],
             &["-n", "--interval", "-q", "--equexit"],
             "watch",
         ) {
-            Ok(i) if i < words.len() => {
-                if words.iter().any(|w| matches!(w.lit(), Some("-x" | "--exec"))) {
-                    Unwrapped::Inner(i)
-                } else {
-                    Unwrapped::JoinedScript { from: i }
-                }
-            }
+            // `-x` counts only among watch's options: after the command
+            // it is one more word of the text `sh -c` runs.
+            Ok(o) if o.operand < words.len() && o.has(&["-x", "--exec"]) => Unwrapped::Inner(o.operand),
+            Ok(o) if o.operand < words.len() => Unwrapped::JoinedScript { from: o.operand },
             Ok(_) => Unwrapped::Final,
             Err(e) => Unwrapped::Ask(e),
         },
@@ -623,7 +694,300 @@ pub const UNPARSED_EXEC_WRAPPERS: &[&str] = &[
     "emacs",
     "capsh",
     "hyperfine",
+    // Others of their kind, and other names of the ones above.
+    "perf",
+    "tmux",
+    "fakeroot-sysv",
+    "fakeroot-tcp",
+    "valgrind.bin",
+    "gdbtui",
+    "gdb-multiarch",
+    "systemd-inhibit",
+    "pg_virtualenv",
+    "sem",
+    "unbuffer",
+    "xvfb-run",
+    "chronic",
 ];
+
+/// Command strings a program of [`UNPARSED_EXEC_WRAPPERS`] runs with a
+/// shell (`flock LOCK -c 'make'`), and the shell that reads them.
+pub struct CommandStrings {
+    /// Each string: literal, or only known at run time.
+    pub scripts: Vec<Word>,
+    /// `sh`, or [`RUN_TIME_SHELL`].
+    pub shell: &'static str,
+}
+
+/// How a program reads one of its options, for [`option_strings`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Opt {
+    /// Its value is a command string.
+    String,
+    /// It takes a value that is no command.
+    Value,
+    Flag,
+    /// The gate cannot follow what it makes the program run.
+    Refused,
+}
+
+/// The command strings among a program's options (and, with
+/// `operands_are_strings`, its operands), as getopt reads them: a short
+/// option's value is the rest of its word or the next word, a long one's
+/// after `=` or the next word. Every word counts, not only those before the
+/// first operand: reading more is judging more.
+fn option_strings(
+    words: &[Word],
+    who: &str,
+    short: impl Fn(char) -> Opt,
+    long: impl Fn(&str) -> Opt,
+    operands_are_strings: bool,
+) -> Result<Vec<Word>, String> {
+    let mut out = Vec::new();
+    let mut i = 1;
+    let refused = |w: &str| Err(format!("`{who}` option `{w}` runs something the gate cannot follow"));
+    while let Some(word) = words.get(i) {
+        i += 1;
+        let Some(w) = word.lit() else {
+            return Err(format!(
+                "`{who}` has a word only known at run time, which may be a command"
+            ));
+        };
+        if let Some(name) = w.strip_prefix("--").filter(|n| !n.is_empty()) {
+            let (name, value) = name.split_once('=').map_or((name, None), |(n, v)| (n, Some(v)));
+            match long(name) {
+                Opt::Refused => return refused(w),
+                Opt::String => match value {
+                    Some(v) => out.push(Word::Lit(v.to_string())),
+                    None => {
+                        out.extend(words.get(i).cloned());
+                        i += 1;
+                    }
+                },
+                Opt::Value if value.is_none() => i += 1,
+                Opt::Value | Opt::Flag => {}
+            }
+        } else if let Some(cluster) = w.strip_prefix('-').filter(|c| !c.is_empty() && *c != "-") {
+            for (at, c) in cluster.char_indices() {
+                let rest = &cluster[at + c.len_utf8()..];
+                match short(c) {
+                    Opt::Flag => continue,
+                    Opt::Refused => return refused(w),
+                    Opt::String if !rest.is_empty() => out.push(Word::Lit(rest.to_string())),
+                    Opt::String => {
+                        out.extend(words.get(i).cloned());
+                        i += 1;
+                    }
+                    Opt::Value if rest.is_empty() => i += 1,
+                    Opt::Value => {}
+                }
+                break;
+            }
+        } else if operands_are_strings && w != "--" {
+            out.push(word.clone());
+        }
+    }
+    Ok(out)
+}
+
+/// Whether `name` is a long option of `options`, or an abbreviation getopt
+/// takes for one (`--com` for `--command`).
+fn abbreviates(name: &str, options: &[&str]) -> bool {
+    !name.is_empty() && options.iter().any(|o| o.starts_with(name))
+}
+
+/// The command strings a wrapper of [`UNPARSED_EXEC_WRAPPERS`] runs with a
+/// shell, or why they cannot be picked out reliably. Wrappers that run only
+/// a program and its arguments (`taskset 1 make`) have none.
+pub fn command_strings(prog: &str, words: &[Word]) -> Result<CommandStrings, String> {
+    let strings = |scripts, shell| Ok(CommandStrings { scripts, shell });
+    let command_option = |c| if c == 'c' { Opt::String } else { Opt::Flag };
+    match prog {
+        // `flock LOCK -c COMMAND` (`-c` right after the lock file) runs it with $SHELL.
+        "flock" => strings(
+            option_strings(words, prog, command_option, |n| match n {
+                "command" => Opt::String,
+                _ => Opt::Flag,
+            }, false)?,
+            RUN_TIME_SHELL,
+        ),
+        // `script -c COMMAND` runs it with $SHELL; without one, an
+        // interactive $SHELL reads commands from its input.
+        "script" => {
+            let scripts = option_strings(
+                words,
+                prog,
+                command_option,
+                |n| if abbreviates(n, &["command"]) { Opt::String } else { Opt::Flag },
+                false,
+            )?;
+            if scripts.is_empty() {
+                return Err("`script` without `-c` runs a shell that reads commands from its input".into());
+            }
+            strings(scripts, RUN_TIME_SHELL)
+        }
+        // `su -c COMMAND` runs it with the login shell, as do words after
+        // the user (`su root -c COMMAND`: they go to the shell); without
+        // one, that shell reads commands from its input. `-s` names the shell.
+        "su" | "runuser" => {
+            let scripts = option_strings(
+                words,
+                prog,
+                |c| match c {
+                    'c' => Opt::String,
+                    's' => Opt::Refused,
+                    _ => Opt::Flag,
+                },
+                |n| {
+                    if abbreviates(n, &["command", "session-command"]) {
+                        Opt::String
+                    } else if abbreviates(n, &["shell"]) {
+                        Opt::Refused
+                    } else {
+                        Opt::Flag
+                    }
+                },
+                false,
+            )?;
+            // `runuser -u USER cmd args` runs a program and its arguments.
+            let runs_argv = prog == "runuser" && words.iter().any(|w| w.lit() == Some("-u"));
+            if scripts.is_empty() && !runs_argv {
+                return Err(format!("`{prog}` without `-c` starts a shell that reads commands from its input"));
+            }
+            strings(scripts, RUN_TIME_SHELL)
+        }
+        // `sg [-] GROUP [-c] COMMAND` runs COMMAND with /bin/sh.
+        "sg" => {
+            let mut at = 1 + usize::from(lit(words, 1) == Some("-")) + 1;
+            if lit(words, at) == Some("-c") {
+                at += 1;
+            }
+            match words.get(at) {
+                Some(command) => strings(vec![command.clone()], "sh"),
+                None => Err("`sg` without a command starts a shell that reads commands from its input".into()),
+            }
+        }
+        // Its operands and `--prepare`, `--setup`, ... run with `sh -c`;
+        // `-L`/`-P` fill `{NAME}` in them at run time, `-S` names the shell.
+        "hyperfine" => {
+            let scripts = option_strings(
+                words,
+                prog,
+                |c| match c {
+                    's' | 'p' | 'c' => Opt::String,
+                    'w' | 'm' | 'M' | 'r' | 'u' | 'n' => Opt::Value,
+                    'N' | 'i' | 'h' | 'V' => Opt::Flag,
+                    _ => Opt::Refused,
+                },
+                |n| match n {
+                    "setup" | "prepare" | "cleanup" | "conclude" | "reference" => Opt::String,
+                    "warmup" | "min-runs" | "max-runs" | "runs" | "time-unit" | "command-name" | "style" | "sort"
+                    | "export-asciidoc" | "export-csv" | "export-json" | "export-markdown" | "export-orgmode"
+                    | "output" | "input" | "min-benchmarking-time" => Opt::Value,
+                    "ignore-failure" | "show-output" | "help" | "version" => Opt::Flag,
+                    _ => Opt::Refused,
+                },
+                true,
+            )?;
+            strings(scripts, "sh")
+        }
+        "parallel" | "sem" => Err(format!(
+            "`{prog}` fills its command in from its input and runs it with a shell"
+        )),
+        "newgrp" => Err("`newgrp` starts a shell that reads commands from its input".into()),
+        "tmux" => Err(
+            "`tmux` runs shell commands from its commands, its formats (`#(...)`), its configuration and the keys it is sent"
+                .into(),
+        ),
+        "entr" if words.iter().skip(1).any(|w| w.lit().is_none_or(|w| w.starts_with('-') && w.contains('s'))) => {
+            Err("`entr -s` runs its command with $SHELL".into())
+        }
+        "capsh" if words.iter().skip(1).any(|w| w.lit().is_none_or(|w| w == "--" || w.starts_with("--shell"))) => {
+            Err("`capsh --` runs a shell with the words that follow".into())
+        }
+        "vim" | "vi" | "nvim" | "ex" | "emacs" => Err(format!(
+            "`{prog}` runs commands from its options, the files it edits and its input"
+        )),
+        "expect" => expect_reads_a_file(words).map(|()| CommandStrings { scripts: vec![], shell: "sh" }),
+        "gdb" | "gdbtui" | "gdb-multiarch" => gdb_runs_no_commands(prog, words).map(|()| CommandStrings { scripts: vec![], shell: "sh" }),
+        _ => strings(vec![], "sh"),
+    }
+}
+
+/// `expect FILE`: Tcl code from a file, judged by the rules for `expect`
+/// as a shell's script file is. `-c CODE`, `-i` and standard input are code
+/// the gate cannot read (`spawn`, `exec` run any program).
+fn expect_reads_a_file(words: &[Word]) -> Result<(), String> {
+    let why =
+        || Err("`expect` runs Tcl code the gate cannot read (`-c`, `-i`, its input), which can run any program".into());
+    let mut i = 1;
+    while let Some(w) = words.get(i) {
+        let Some(w) = w.lit() else { return why() };
+        match w {
+            "-" => return why(),
+            "--" | "-f" => {
+                return if words
+                    .get(i + 1)
+                    .is_some_and(|f| f.lit().is_some_and(|f| f != "-" && !reads_a_stream(f)))
+                {
+                    Ok(())
+                } else {
+                    why()
+                }
+            }
+            "-D" => i += 2,
+            _ if w.starts_with('-') && !w.contains(['c', 'i']) => i += 1,
+            _ if w.starts_with('-') => return why(),
+            _ => return if reads_a_stream(w) { why() } else { Ok(()) },
+        }
+    }
+    why()
+}
+
+/// gdb runs its own commands (`shell CMD`, `python ...`, `pipe`) from
+/// `-ex`, `-x FILE` and their kin, and, without `-batch`, from its input.
+fn gdb_runs_no_commands(prog: &str, words: &[Word]) -> Result<(), String> {
+    // Long ones in any abbreviation of three letters or more, with one dash or two.
+    const COMMANDS: &[&str] = &[
+        "eval-command",
+        "init-eval-command",
+        "early-init-eval-command",
+        "command",
+        "init-command",
+        "early-init-command",
+        "python",
+    ];
+    let mut batch = false;
+    for w in words.iter().skip(1) {
+        let Some(w) = w.lit() else {
+            return Err(format!(
+                "`{prog}` has a word only known at run time, which may be an option that runs commands"
+            ));
+        };
+        let Some(name) = w.strip_prefix("--").or_else(|| w.strip_prefix('-')) else {
+            continue;
+        };
+        let name = name.split('=').next().unwrap_or("");
+        if name == "args" {
+            break; // the program to debug and its arguments
+        }
+        batch |= name == "batch" || name == "batch-silent";
+        if matches!(name, "ex" | "iex" | "eiex" | "x" | "ix" | "eix" | "P")
+            || (name.len() >= 3 && COMMANDS.iter().any(|c| c.starts_with(name)))
+        {
+            return Err(format!(
+                "`{prog} {w}` runs gdb commands, which can run any program (`shell`, `python`)"
+            ));
+        }
+    }
+    if batch {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{prog}` without `-batch` runs the gdb commands it reads from its input"
+        ))
+    }
+}
 
 /// `ld-linux-x86-64.so.2`, `ld-2.36.so`, `ld.so`: run the program named after them.
 pub fn is_dynamic_loader(prog: &str) -> bool {
@@ -972,6 +1336,30 @@ pub fn runs_code_from_an_option(prog: &str, words: &[Word]) -> Option<String> {
             Some("`zip -TT` runs a command to test the archive".into())
         }
         "jobs" if has(&['x']) => Some("`jobs -x` runs a command".into()),
+        // GNU long options that name a program to run, in any abbreviation.
+        "split" if long_option_given(words, &["filter"]) => {
+            Some("`split --filter` runs a command on each piece".into())
+        }
+        "sort" if long_option_given(words, &["compress-program"]) => {
+            Some("`sort --compress-program` runs a program on its temporary files".into())
+        }
+        "sdiff" | "diff3" if long_option_given(words, &["diff-program"]) => {
+            Some(format!("`{prog} --diff-program` runs a program in diff's place"))
+        }
+        "gpg" | "gpg2"
+            if long_option_given(
+                words,
+                &[
+                    "photo-viewer",
+                    "exec-path",
+                    "agent-program",
+                    "dirmngr-program",
+                    "keyboxd-program",
+                ],
+            ) =>
+        {
+            Some(format!("`{prog}` is given an option that names a program to run"))
+        }
         "cargo"
             if words
                 .iter()
@@ -998,6 +1386,125 @@ pub fn runs_code_from_an_option(prog: &str, words: &[Word]) -> Option<String> {
             "`{prog} -n` makes a name reference, through which assignments reach a variable never named"
         )),
         _ => None,
+    }
+}
+
+/// Whether one of the long `options` is given before `--`, in any
+/// abbreviation GNU getopt takes (`--compress-prog=sh`).
+fn long_option_given(words: &[Word], options: &[&str]) -> bool {
+    words
+        .iter()
+        .skip(1)
+        .filter_map(Word::lit)
+        .take_while(|w| *w != "--")
+        .filter_map(|w| w.strip_prefix("--"))
+        .any(|name| abbreviates(name.split('=').next().unwrap_or(""), options))
+}
+
+/// `printf -v NAME FORMAT ARGS...`: why the value it assigns may hold text
+/// the gate does not see written (`\x24(cmd)` is `$(cmd)`, `%b` decodes
+/// escapes, `%s` of a word only known at run time), which bash runs if it
+/// evaluates the value as a subscript or in arithmetic. `None` for plain
+/// text (`printf -v n '%05d' "$i"`, `printf -v x '%s' y`).
+pub fn printf_assigns_unseen_text(words: &[Word]) -> Option<String> {
+    let mut i = 1;
+    let mut assigns = false;
+    loop {
+        match lit(words, i) {
+            Some("-v") => i += 2,
+            Some(w) if w.starts_with("-v") => i += 1,
+            Some("--") => {
+                i += 1;
+                break;
+            }
+            _ => break,
+        }
+        assigns = true;
+    }
+    if !assigns {
+        return None;
+    }
+    let format = words.get(i)?.lit()?; // one only known at run time asks as a name may
+    let why = match printf_output(format, &words[i + 1..]) {
+        Ok(text) if super::parse::holds_a_substitution(&text) => "its value holds a command substitution".into(),
+        Ok(_) => return None,
+        Err(why) => why,
+    };
+    Some(format!(
+        "`printf -v` assigns text the gate cannot see written ({why}), which bash runs if it evaluates the value as a subscript"
+    ))
+}
+
+/// The text printf makes of a format and its arguments, as far as it
+/// matters here: numbers stand as `0`. An error names what makes text the
+/// gate cannot know (an escape that makes any character, `%b`, `%q`, `%s`
+/// of a word only known at run time).
+fn printf_output(format: &str, args: &[Word]) -> Result<String, String> {
+    let mut out = String::new();
+    let mut next = 0;
+    let arg_text = |next: &mut usize| -> Result<String, String> {
+        let text = match args.get(*next) {
+            None => String::new(),
+            Some(Word::Lit(a)) => a.clone(),
+            Some(other) => return Err(format!("a conversion of `{}`, only known at run time", other.display())),
+        };
+        *next += 1;
+        Ok(text)
+    };
+    // printf goes through the format again while arguments are left.
+    loop {
+        let before = next;
+        let mut chars = format.chars();
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' => match chars.next() {
+                    Some('n' | 't' | 'r' | 'a' | 'b' | 'f' | 'v') => out.push(' '),
+                    Some(e @ ('\\' | '"' | '\'')) => out.push(e),
+                    e => {
+                        return Err(format!(
+                            "the escape `\\{}` in its format",
+                            e.map(String::from).unwrap_or_default()
+                        ))
+                    }
+                },
+                '%' => {
+                    let mut conversion = chars.next();
+                    while let Some(f) = conversion.filter(|f| "-+ #0'.123456789*".contains(*f)) {
+                        if f == '*' {
+                            next += 1; // a width or precision taken from the arguments
+                        }
+                        conversion = chars.next();
+                    }
+                    match conversion {
+                        Some('%') => out.push('%'),
+                        Some('d' | 'i' | 'o' | 'u' | 'x' | 'X' | 'e' | 'E' | 'f' | 'F' | 'g' | 'G' | 'a' | 'A') => {
+                            out.push('0');
+                            next += 1;
+                        }
+                        Some('s' | 'c') => out.push_str(&arg_text(&mut next)?),
+                        // `%(FORMAT)T`: a time, in a strftime format given literally.
+                        Some('(') => {
+                            let inner: String = chars.by_ref().take_while(|c| *c != ')').collect();
+                            if chars.next() != Some('T') {
+                                return Err("a `%(...)` conversion the gate does not read".into());
+                            }
+                            out.push_str(&inner);
+                            next += 1;
+                        }
+                        other => {
+                            return Err(format!(
+                                "the conversion `%{}`",
+                                other.map(String::from).unwrap_or_default()
+                            ))
+                        }
+                    }
+                }
+                c => out.push(c),
+            }
+        }
+        if next == before || next >= args.len() {
+            return Ok(out);
+        }
     }
 }
 
@@ -1059,6 +1566,11 @@ pub fn git_runs_a_program(argv: &[Word]) -> Option<String> {
         "template",
     ];
     let sub = argv.get(1).and_then(Word::lit)?;
+    // Long options naming a program in one subcommand.
+    let sub_long: &[&str] = match sub {
+        "send-email" => &["sendmail-cmd", "to-cmd", "cc-cmd", "header-cmd", "smtp-server"],
+        _ => &[],
+    };
     // Short options that take a program, per subcommand.
     let short: &[char] = match sub {
         "grep" => &['O'],
@@ -1072,7 +1584,7 @@ pub fn git_runs_a_program(argv: &[Word]) -> Option<String> {
         None => false,
         Some(a) if a.starts_with("--") => {
             let name = a[2..].split('=').next().unwrap_or("");
-            name.len() >= 2 && !matches!(name, "to" | "cc") && LONG.iter().any(|o| o.starts_with(name))
+            name.len() >= 2 && !matches!(name, "to" | "cc") && LONG.iter().chain(sub_long).any(|o| o.starts_with(name))
         }
         Some(a) if a.starts_with('-') && a.len() > 1 => a[1..].contains(short),
         _ => false,
@@ -1098,6 +1610,7 @@ pub fn git_runs_a_program(argv: &[Word]) -> Option<String> {
             | "send-pack"
             | "archive"
             | "init"
+            | "send-email"
     );
     let hidden = takes_programs
         && argv
@@ -1212,6 +1725,7 @@ pub fn runtime_assigned_name<'a>(prog: &str, words: &'a [Word]) -> Option<&'a st
         "read" => (&['a'], &['d', 'i', 'n', 'N', 'p', 't', 'u']),
         "mapfile" | "readarray" => (&[], &['d', 'n', 'O', 's', 'u', 'C', 'c']),
         "printf" => (&['v'], &[]),
+        "wait" => (&['p'], &[]),
         "unset" | "getopts" => (&[], &[]),
         _ => return None,
     };
@@ -1225,10 +1739,12 @@ pub fn runtime_assigned_name<'a>(prog: &str, words: &'a [Word]) -> Option<&'a st
             // are its format and arguments.
             let is_name = match prog {
                 "getopts" => operands == 1,
-                "printf" => false,
+                "printf" | "wait" => false,
                 _ => true,
             };
-            if is_name || !options_done {
+            // A format only known at run time may be `-vNAME`; `wait
+            // "$pid"` is too common to ask about its splitting into `-p NAME`.
+            if is_name || (!options_done && prog != "wait") {
                 return Some(w.display());
             }
             operands += 1;
@@ -1263,6 +1779,17 @@ pub fn runtime_assigned_name<'a>(prog: &str, words: &'a [Word]) -> Option<&'a st
     None
 }
 
+/// `declare -i`, `typeset -ai`, `local -i`: a variable given the integer
+/// attribute.
+pub fn declares_integers(words: &[Word]) -> bool {
+    matches!(words.first().and_then(Word::lit), Some("declare" | "typeset" | "local"))
+        && words
+            .iter()
+            .skip(1)
+            .filter_map(Word::lit)
+            .any(|w| w.starts_with('-') && !w.starts_with("--") && w.contains('i'))
+}
+
 pub fn assigned_names(prog: &str, words: &[Word]) -> Vec<String> {
     // A name with a subscript reads as a glob (`BASH_CMDS[ls]`): its text counts.
     let args = || {
@@ -1277,16 +1804,20 @@ pub fn assigned_names(prog: &str, words: &[Word]) -> Vec<String> {
             args().filter(|s| !s.starts_with('-')).map(name_of).collect()
         }
         "read" | "mapfile" | "readarray" => args().filter(|s| !s.starts_with('-')).map(name_of).collect(),
-        "printf" => {
+        // `printf -v NAME`, `wait -p NAME` (`-np NAME`).
+        "printf" | "wait" => {
+            let letter = if prog == "printf" { 'v' } else { 'p' };
             let mut out = vec![];
             let w: Vec<&str> = args().collect();
             for (i, s) in w.iter().enumerate() {
-                if *s == "-v" {
-                    if let Some(n) = w.get(i + 1) {
-                        out.push(name_of(n));
+                let Some(cluster) = s.strip_prefix('-').filter(|c| !c.starts_with('-')) else {
+                    continue;
+                };
+                if let Some(at) = cluster.find(letter) {
+                    match &cluster[at + 1..] {
+                        "" => out.extend(w.get(i + 1).map(|n| name_of(n))),
+                        attached => out.push(name_of(attached)),
                     }
-                } else if let Some(n) = s.strip_prefix("-v") {
-                    out.push(name_of(n));
                 }
             }
             out

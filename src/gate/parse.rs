@@ -142,6 +142,7 @@ pub fn parse_script(script: &str) -> Result<Vec<Unit>, GateInputError> {
         units: Vec::new(),
         uncertain: 0,
         top: 0,
+        other_shell: None,
     };
     w.script(script, 0, &mut Cwd::Known(String::new()));
     Ok(w.units)
@@ -155,6 +156,10 @@ struct Walker {
     /// The depth of this walker's own script: functions are those of its
     /// top level (a substitution's are not).
     top: usize,
+    /// The shell that reads the script when it is not bash (`sh -c`, where
+    /// sh is dash): the parser reads bash's grammar, so what bash alone
+    /// reads its own way may mean other commands there.
+    other_shell: Option<String>,
 }
 
 impl Walker {
@@ -163,6 +168,17 @@ impl Walker {
             what: what.to_string(),
             text: truncate(text, 200),
         });
+    }
+
+    /// A construct of bash's own grammar, met in a script another shell
+    /// reads: there it may be other commands (dash runs `((sh))` as two
+    /// subshells running `sh`, and reads `$'a\' ; cmd` as `$`, then `a\`
+    /// in quotes, then `cmd`).
+    fn bash_only(&mut self, what: &str, text: &str) {
+        if let Some(shell) = &self.other_shell {
+            let why = format!("{what}, which `{shell}` reads otherwise than bash (the gate parses bash)");
+            self.opaque(&why, text);
+        }
     }
 
     fn script(&mut self, src: &str, depth: usize, cwd: &mut Cwd) {
@@ -270,6 +286,7 @@ impl Walker {
                 });
             }
             ast::Command::ExtendedTest(t, redirects) => {
+                self.bash_only("`[[ ... ]]`", &t.to_string());
                 self.extended_test(&t.expr, depth, cwd);
                 if let Some(r) = redirects {
                     let redirects = self.redirects(&r.0, depth, cwd);
@@ -303,9 +320,25 @@ impl Walker {
             ast::ExtendedTestExpr::UnaryTest(_, w) => {
                 self.word(&w.value, depth, cwd);
             }
-            ast::ExtendedTestExpr::BinaryTest(_, a, b) => {
+            ast::ExtendedTestExpr::BinaryTest(op, a, b) => {
                 self.word(&a.value, depth, cwd);
                 self.word(&b.value, depth, cwd);
+                // Bash evaluates the operands of `-eq` and its kin as
+                // arithmetic, assignments included (`[[ PATH=7 -eq 7 ]]`).
+                use ast::BinaryPredicate as P;
+                if matches!(
+                    op,
+                    P::ArithmeticEqualTo
+                        | P::ArithmeticNotEqualTo
+                        | P::ArithmeticLessThan
+                        | P::ArithmeticLessThanOrEqualTo
+                        | P::ArithmeticGreaterThan
+                        | P::ArithmeticGreaterThanOrEqualTo
+                ) {
+                    for operand in [a, b] {
+                        self.arithmetic_assignments(&operand.value, "arithmetic in `[[ ... ]]`");
+                    }
+                }
             }
         }
     }
@@ -321,8 +354,12 @@ impl Walker {
 
     fn compound_inner(&mut self, cc: &ast::CompoundCommand, depth: usize, cwd: &mut Cwd) {
         match cc {
-            ast::CompoundCommand::Arithmetic(a) => self.arithmetic(&a.expr.value, depth, cwd),
+            ast::CompoundCommand::Arithmetic(a) => {
+                self.bash_only("`((...))`", &a.expr.value);
+                self.arithmetic(&a.expr.value, depth, cwd)
+            }
             ast::CompoundCommand::ArithmeticForClause(f) => {
+                self.bash_only("`for ((...))`", "for ((");
                 for e in [&f.initializer, &f.condition, &f.updater].into_iter().flatten() {
                     self.arithmetic(&e.value, depth, cwd);
                 }
@@ -386,21 +423,36 @@ impl Walker {
                 *cwd = merge(cwd, &own);
             }
             ast::CompoundCommand::Coprocess(c) => {
+                self.bash_only("`coproc`", "coproc");
+                // `coproc NAME cmd` sets the array NAME to the coprocess's
+                // descriptors (`coproc PATH { :; }` makes PATH a number).
+                if let Some(name) = c.name.as_ref().map(|n| n.value.as_str()) {
+                    if crate::policy::is_dangerous_env(name) {
+                        self.units.push(Unit::DangerousAssignment {
+                            name: name.to_string(),
+                            how: "`coproc NAME`".into(),
+                        });
+                    }
+                }
                 let mut own = cwd.clone();
                 self.command(&c.body, depth, &mut own);
             }
         }
     }
 
-    fn arithmetic(&mut self, expr: &str, depth: usize, cwd: &Cwd) {
-        // Arithmetic assigns too (`((PATH=1))`, `((BASH_CMDS[ls]=1))`):
-        // naming a variable that changes what runs is enough to ask.
+    /// Arithmetic assigns too (`((PATH=1))`, `((BASH_CMDS[ls]=1))`):
+    /// naming a variable that changes what runs is enough to ask.
+    fn arithmetic_assignments(&mut self, expr: &str, how: &str) {
         if let Some(name) = identifiers(expr).find(|n| crate::policy::is_dangerous_env(n)) {
             self.units.push(Unit::DangerousAssignment {
                 name: name.to_string(),
-                how: "arithmetic".into(),
+                how: how.into(),
             });
         }
+    }
+
+    fn arithmetic(&mut self, expr: &str, depth: usize, cwd: &Cwd) {
+        self.arithmetic_assignments(expr, "arithmetic");
         // Two operands side by side (`rm victim`) are no arithmetic: bash runs
         // `((rm victim) )` as two nested subshells, where the parser saw an
         // arithmetic command ending at `) )`.
@@ -454,6 +506,7 @@ impl Walker {
                             continue;
                         }
                         ast::IoFileRedirectTarget::ProcessSubstitution(_, sub) => {
+                            self.bash_only("a process substitution", "<(...)");
                             let mut own = cwd.clone();
                             self.compound_list(&sub.list, depth + 1, &mut own);
                             out.push(Redirect {
@@ -545,6 +598,7 @@ impl Walker {
                     });
                 }
                 ast::IoRedirect::HereString(_fd, w) => {
+                    self.bash_only("a here-string `<<<`", &w.value);
                     let t = self.word(&w.value, depth, &mut cwd);
                     if let Word::Lit(text) = &t {
                         if holds_a_substitution(text) {
@@ -558,6 +612,7 @@ impl Walker {
                     });
                 }
                 ast::IoRedirect::OutputAndError(w, _append) => {
+                    self.bash_only("`&>`", &w.value);
                     let t = self.word(&w.value, depth, &mut cwd);
                     out.push(Redirect {
                         kind: RedirectKind::Write,
@@ -611,6 +666,7 @@ impl Walker {
                     let value = match &a.value {
                         ast::AssignmentValue::Scalar(w) => self.word(&w.value, depth, cwd),
                         ast::AssignmentValue::Array(items) => {
+                            self.bash_only("an array assignment", &raw.value);
                             for (k, v) in items {
                                 if let Some(k) = k {
                                     self.word(&k.value, depth, cwd);
@@ -631,6 +687,7 @@ impl Walker {
                     let name = match &a.name {
                         ast::AssignmentName::VariableName(n) => n.clone(),
                         ast::AssignmentName::ArrayElementName(n, idx) => {
+                            self.bash_only("an array element assignment", &raw.value);
                             self.arithmetic(idx, depth, cwd);
                             n.clone()
                         }
@@ -648,6 +705,7 @@ impl Walker {
                     }
                 }
                 ast::CommandPrefixOrSuffixItem::ProcessSubstitution(_, sub) => {
+                    self.bash_only("a process substitution", "<(...)");
                     let mut own = cwd.clone();
                     self.compound_list(&sub.list, depth + 1, &mut own);
                     words.push(Word::Dynamic("<(...)".into()));
@@ -740,7 +798,7 @@ impl Walker {
         dynamic: &mut bool,
         skeleton: &mut String,
     ) {
-        for p in pieces {
+        for (at, p) in pieces.iter().enumerate() {
             // Unquoted text as it is, anything else as one inert character.
             match &p.piece {
                 WordPiece::Text(s) if !quoted => skeleton.push_str(s),
@@ -748,6 +806,20 @@ impl Walker {
                 _ => skeleton.push('q'),
             }
             if let WordPiece::Text(s) = &p.piece {
+                // Bash reads every `${` outside single quotes as an
+                // expansion; text here is one the parser did not read, as
+                // `${ cmd; }` and `${|cmd;}`, which bash 5.3, ksh93 and mksh
+                // run as command substitutions.
+                let brace_next = match pieces.get(at + 1).map(|n| &n.piece) {
+                    Some(WordPiece::Text(next)) if s.ends_with('$') && next.starts_with('{') => Some(next),
+                    _ => None,
+                };
+                if s.contains("${") || brace_next.is_some() {
+                    self.opaque(
+                        "a `${` the parser does not read as an expansion (bash 5.3, ksh and mksh run `${ cmd; }` as a command substitution)",
+                        &format!("{s}{}", brace_next.map_or("", |n| n.as_str())),
+                    );
+                }
                 if !quoted && s.contains('\n') {
                     // No word spans an unquoted line break: the parsers
                     // disagree about where something ended (a here-document
@@ -759,10 +831,16 @@ impl Walker {
                 WordPiece::Text(s) => text.push_str(s),
                 WordPiece::SingleQuotedText(s) => text.push_str(s),
                 WordPiece::AnsiCQuotedText(s) => match decode_ansi_c(s) {
+                    _ if self.other_shell.is_some() => {
+                        self.bash_only("`$'...'` quoting", s);
+                        *dynamic = true;
+                    }
                     Some(d) => text.push_str(&d),
                     None => *dynamic = true,
                 },
-                WordPiece::DoubleQuotedSequence(inner) | WordPiece::GettextDoubleQuotedSequence(inner) => {
+                WordPiece::DoubleQuotedSequence(inner) => self.pieces(inner, depth, cwd, true, text, dynamic, skeleton),
+                WordPiece::GettextDoubleQuotedSequence(inner) => {
+                    self.bash_only("`$\"...\"` quoting", "$\"");
                     self.pieces(inner, depth, cwd, true, text, dynamic, skeleton)
                 }
                 WordPiece::EscapeSequence(s) => {
@@ -782,12 +860,26 @@ impl Walker {
                 WordPiece::ParameterExpansion(pe) => {
                     *dynamic = true;
                     use brush_parser::word::{ParameterExpr as Pe, ParameterTransformOp as Op};
+                    if parameter_of(pe).is_none_or(|(_, indirect)| indirect) {
+                        self.bash_only("indirect expansion `${!...}`", &format!("{pe:?}"));
+                    }
+                    // A subscript and a substring's offset and length are
+                    // arithmetic, assignments included (`${a[PATH=3]}`).
+                    for expr in parameter_arithmetic(pe) {
+                        self.arithmetic_assignments(expr, "arithmetic in `${...}`");
+                    }
                     match pe {
                         // `${x@P}` expands the value as a prompt: substitutions in it run.
                         Pe::Transform {
                             op: Op::PromptExpand, ..
                         } => self.opaque(
                             "`${...@P}` runs the substitutions in a variable's value",
+                            &format!("{:?}", p.piece),
+                        ),
+                        // `${!x:=value}` assigns to the variable whose name `x`
+                        // holds at run time: PATH, GIT_SSH_COMMAND, anything.
+                        Pe::AssignDefaultValues { indirect: true, .. } => self.opaque(
+                            "`${!NAME:=...}` assigns a variable whose name is only known at run time",
                             &format!("{:?}", p.piece),
                         ),
                         // `${PATH:=dir}` assigns as it expands.
@@ -884,12 +976,20 @@ pub fn quiet_contained_parser_panics() {
 /// Parse a nested script (from `bash -c`) at a depth, appending its units.
 /// Parse a script that runs in a shell of its own (`bash -c`): its units,
 /// between `EnterShell` and `LeaveShell`.
-pub fn parse_nested(script: &str, depth: usize, cwd: &Cwd, out: &mut Vec<Unit>) {
+///
+/// `shell` is the program that reads it (`bash`, `sh`, `zsh`, ...): a shell
+/// of another grammar than bash's is not understood where the script uses
+/// bash's own syntax, nor at all for a grammar unlike bash's (zsh, fish).
+pub fn parse_nested(script: &str, shell: &str, depth: usize, cwd: &Cwd, out: &mut Vec<Unit>) {
     let mut w = Walker {
         units: Vec::new(),
         uncertain: 0,
         top: depth,
+        other_shell: (!super::normalize::reads_bash_grammar(shell)).then(|| shell.to_string()),
     };
+    if let Some(why) = super::normalize::grammar_unlike_bash(shell) {
+        w.opaque(&why, script);
+    }
     let mut cwd = cwd.clone();
     w.script(script, depth, &mut cwd);
     out.push(Unit::EnterShell);
@@ -1136,7 +1236,78 @@ fn substituting_value(pe: &brush_parser::word::ParameterExpr) -> Option<&str> {
     (plain && !*indirect && !quoting).then_some(value)
 }
 
-fn holds_a_substitution(text: &str) -> bool {
+/// The parameter of an expansion, and whether it is indirect (`${!x}`);
+/// `None` for those that only list names or keys (`${!prefix*}`, `${!a[@]}`).
+fn parameter_of(pe: &brush_parser::word::ParameterExpr) -> Option<(&brush_parser::word::Parameter, bool)> {
+    use brush_parser::word::ParameterExpr as Pe;
+    match pe {
+        Pe::Parameter { parameter, indirect }
+        | Pe::UseDefaultValues {
+            parameter, indirect, ..
+        }
+        | Pe::AssignDefaultValues {
+            parameter, indirect, ..
+        }
+        | Pe::IndicateErrorIfNullOrUnset {
+            parameter, indirect, ..
+        }
+        | Pe::UseAlternativeValue {
+            parameter, indirect, ..
+        }
+        | Pe::ParameterLength { parameter, indirect }
+        | Pe::RemoveSmallestSuffixPattern {
+            parameter, indirect, ..
+        }
+        | Pe::RemoveLargestSuffixPattern {
+            parameter, indirect, ..
+        }
+        | Pe::RemoveSmallestPrefixPattern {
+            parameter, indirect, ..
+        }
+        | Pe::RemoveLargestPrefixPattern {
+            parameter, indirect, ..
+        }
+        | Pe::Substring {
+            parameter, indirect, ..
+        }
+        | Pe::Transform {
+            parameter, indirect, ..
+        }
+        | Pe::UppercaseFirstChar {
+            parameter, indirect, ..
+        }
+        | Pe::UppercasePattern {
+            parameter, indirect, ..
+        }
+        | Pe::LowercaseFirstChar {
+            parameter, indirect, ..
+        }
+        | Pe::LowercasePattern {
+            parameter, indirect, ..
+        }
+        | Pe::ReplaceSubstring {
+            parameter, indirect, ..
+        } => Some((parameter, *indirect)),
+        Pe::VariableNames { .. } | Pe::MemberKeys { .. } => None,
+    }
+}
+
+/// The arithmetic texts bash evaluates in a parameter expansion: an array
+/// subscript (`${a[i+1]}`), a substring's offset and length (`${a:n:2}`).
+fn parameter_arithmetic(pe: &brush_parser::word::ParameterExpr) -> Vec<&str> {
+    use brush_parser::word::{Parameter, ParameterExpr as Pe};
+    let mut arithmetic = Vec::new();
+    if let Some((Parameter::NamedWithIndex { index, .. }, _)) = parameter_of(pe) {
+        arithmetic.push(index.as_str());
+    }
+    if let Pe::Substring { offset, length, .. } = pe {
+        arithmetic.push(offset.value.as_str());
+        arithmetic.extend(length.as_ref().map(|l| l.value.as_str()));
+    }
+    arithmetic
+}
+
+pub(crate) fn holds_a_substitution(text: &str) -> bool {
     text.match_indices("$(")
         .any(|(i, _)| !is_arithmetic_expansion(&text[i + 2..]))
         || text.contains('`')
