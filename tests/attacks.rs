@@ -3346,6 +3346,74 @@ fn same_file(w: &World, a: &str, b: &str) -> bool {
 const WRITE_IN_PLACE: &str =
     "python3 -c \"import os, sys; fd = os.open(sys.argv[1], os.O_RDWR); os.pwrite(fd, b'X', 100)\"";
 
+/// Where the whole workspace is captured (`overlay = true`, a preview), a
+/// run that makes `HEAD` (and `objects`, `refs`, `config`) at the top and
+/// removes `.git/HEAD` would have the person's git take the workspace for a
+/// bare repository and obey the run's `config` (its pager, its ssh command):
+/// neither lands. The create guard refuses the same to a bound workspace.
+#[test]
+fn a_capture_never_turns_the_workspace_into_a_git_directory() {
+    let script = "cp -r .git/objects .git/refs . && cp .git/HEAD HEAD && rm .git/HEAD && \
+                  printf '[core]\\n\\tpager = touch MARK; cat\\n' > config && echo PLANTED";
+    let git_dir = |w: &World| host_git(w, &["rev-parse", "--git-dir"]).trim().to_string();
+    for policy in ["overlay = true\n", "overlay = true\non_violation = \"drop\"\n"] {
+        let w = World::new();
+        committed_repository(&w);
+        let o = w.run_policy(policy, script);
+        assert!(stdout(&o).contains("PLANTED"), "{policy}: {}", text(&o));
+        assert_eq!(
+            o.status.code(),
+            Some(if policy.contains("drop") { 0 } else { 77 }),
+            "{policy}: {}",
+            text(&o)
+        );
+        assert!(
+            text(&o).contains("makes git take the folder for a git directory"),
+            "{policy}: {}",
+            text(&o)
+        );
+        assert!(
+            text(&o).contains("a git directory without its `HEAD`"),
+            "{policy}: {}",
+            text(&o)
+        );
+        assert!(!exists(&w.ws.join("HEAD")), "{policy}");
+        assert!(exists(&w.ws.join(".git/HEAD")), "{policy}");
+        assert_eq!(git_dir(&w), ".git", "{policy}");
+    }
+    // A bound workspace: its `.git` is an overlay of its own, whose `HEAD`
+    // stays.
+    let w = World::new();
+    committed_repository(&w);
+    let o = w.run("rm .git/HEAD && echo PLANTED");
+    assert!(stdout(&o).contains("PLANTED"), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    assert!(exists(&w.ws.join(".git/HEAD")), "{}", text(&o));
+    assert_eq!(git_dir(&w), ".git");
+    // An approved preview lands the same judgement.
+    let w = World::new();
+    committed_repository(&w);
+    let p = w.policy("require_approval_for = [\"cp\"]\ndefault = \"allow\"\n");
+    let o = w.tx(&["run", "--policy", p.to_str().unwrap(), "-c", script]);
+    assert_eq!(o.status.code(), Some(75), "{}", text(&o));
+    let id = held_id(&String::from_utf8_lossy(&o.stderr));
+    assert!(w.tx(&["approve", &id]).status.success());
+    let r = w.tx(&["resume", &id]);
+    assert!(!exists(&w.ws.join("HEAD")), "{}", text(&r));
+    assert!(exists(&w.ws.join(".git/HEAD")), "{}", text(&r));
+    assert_eq!(git_dir(&w), ".git", "{}", text(&r));
+    // Control: without the sandbox the workspace becomes the repository.
+    let w = World::new();
+    committed_repository(&w);
+    let c = w.control(script);
+    assert!(stdout(&c).contains("PLANTED"), "control: {}", text(&c));
+    assert_eq!(
+        git_dir(&w),
+        ".",
+        "control: git takes the workspace for the git directory"
+    );
+}
+
 /// A symlink a run makes in a git directory (a reflog, `COMMIT_EDITMSG`,
 /// a directory replaced by one) never lands: git follows it where it
 /// appends or writes in place, so the person's next `git commit` would

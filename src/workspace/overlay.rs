@@ -1392,10 +1392,57 @@ impl Planner<'_> {
         self.git_dirs.iter().copied().chain(known.iter().map(PathBuf::as_path))
     }
 
+    /// git takes a folder holding `HEAD`, `objects` and `refs` for a git
+    /// directory, and one without them for none (it looks further up). So a
+    /// run may not make `HEAD` at the top of a work tree (the workspace's,
+    /// or a repository's in it), nor, where a `HEAD` was already there (a
+    /// file the project tracks), `objects`, `refs` or `config` beside it: with
+    /// its `.git` broken, the person's git would take the work tree for the
+    /// repository and obey that `config` (its pager, its fsmonitor). Nor
+    /// remove a known git directory's own `HEAD`, `objects` or `refs`. The
+    /// create guard says the same to a run in a bound workspace.
+    fn breaks_or_makes_a_git_dir(&self, rel: &Path, what: &str) -> Option<&'static str> {
+        let known: Vec<&Path> = self.known_git_dirs().collect();
+        let part = |name: &std::ffi::OsStr, of: &[&[u8]]| of.contains(&name.as_bytes());
+        if what == "deletes" {
+            let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
+                return None;
+            };
+            return (part(name, &[b"HEAD", b"objects", b"refs"]) && known.contains(&parent)).then_some(
+                "a git directory without its `HEAD`, `objects` or `refs` is none: git would look further up for a repository and obey what it found",
+            );
+        }
+        let trees = std::iter::once(Path::new("")).chain(
+            known
+                .iter()
+                .filter(|d| d.file_name() == Some(".git".as_ref()))
+                .filter_map(|d| d.parent()),
+        );
+        for tree in trees {
+            let Some(first) = rel.strip_prefix(tree).ok().and_then(|i| i.iter().next()) else {
+                continue;
+            };
+            if std::fs::symlink_metadata(self.ws.join(tree).join(first)).is_ok() {
+                continue; // there before the run
+            }
+            let head_before = std::fs::symlink_metadata(self.ws.join(tree).join("HEAD")).is_ok();
+            if part(first, &[b"HEAD"]) || (head_before && part(first, &[b"objects", b"refs", b"config"])) {
+                return Some(
+                    "`HEAD` at the top of a work tree, with `objects`, `refs` and `config` beside it, makes git take the folder for a git directory and obey its `config`",
+                );
+            }
+        }
+        None
+    }
+
     fn judge(&mut self, rel: &Path, what: &str) -> bool {
         let r = rel.to_string_lossy();
         if let Some(p) = self.globs.get().protected_by(&r) {
             self.out.violations.push(format!("{what} `{r}`: protected path ({p})"));
+            return false;
+        }
+        if let Some(why) = self.breaks_or_makes_a_git_dir(rel, what) {
+            self.out.violations.push(format!("{what} `{r}`: {why}"));
             return false;
         }
         let ws = self.ws;
