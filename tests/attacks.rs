@@ -3346,6 +3346,98 @@ fn same_file(w: &World, a: &str, b: &str) -> bool {
 const WRITE_IN_PLACE: &str =
     "python3 -c \"import os, sys; fd = os.open(sys.argv[1], os.O_RDWR); os.pwrite(fd, b'X', 100)\"";
 
+/// Two runs in one workspace: run A makes a repository below and lands its
+/// gitlink in the index while run B lasts. B's plan could not know that
+/// repository, yet the host's `git status` at the top now recurses into it:
+/// B may not give it a `config` (nor hooks), which would be live on the host
+/// while B runs. A git directory is a run's own to configure only if that
+/// run made it.
+#[test]
+fn a_repository_another_run_made_meanwhile_is_not_this_runs_to_configure() {
+    let w = World::new();
+    committed_repository(&w);
+    let marker = w.outside.join("fsmonitor-ran");
+    let plant = format!(
+        "printf '[core]\\n\\tfsmonitor = \"touch {}; false\"\\n' > sub/.git/config",
+        marker.display()
+    );
+    let b_script = format!(
+        ": > b-started; while [ ! -e sub/.git/DONE ]; do sleep 0.02; done; {plant} && echo WROTE; : > tried; \
+         while [ ! -e go ]; do sleep 0.02; done"
+    );
+    let b = w
+        .command(&["run", "-c", &b_script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(wait_for(&w.ws.join("b-started")), "run B started");
+    let a = w.run(
+        "mkdir sub && git -C sub init -q && git -C sub -c user.email=a@b -c user.name=a commit -q --allow-empty -m s && \
+         rm -rf sub/.git/config sub/.git/hooks && git update-index --add --cacheinfo 160000,$(git -C sub rev-parse HEAD),sub && \
+         : > sub/.git/DONE",
+    );
+    assert_eq!(a.status.code(), Some(0), "run A: {}", text(&a));
+    assert!(wait_for(&w.ws.join("tried")), "run B tried");
+    // While B lasts: nothing of its making in that repository, and the
+    // host's git obeys nothing.
+    assert!(!exists(&w.ws.join("sub/.git/config")));
+    host_git_status(&w);
+    assert!(!exists(&marker), "the host's git ran what run B planted");
+    std::fs::write(w.ws.join("go"), "").unwrap();
+    let b = b.wait_with_output().unwrap();
+    assert!(!stdout(&b).contains("WROTE"), "{}", text(&b));
+    assert_eq!(b.status.code(), Some(77), "{}", text(&b));
+    assert!(
+        text(&b).contains("a git directory this run did not make"),
+        "{}",
+        text(&b)
+    );
+    // Control: the same `config` written on the host is obeyed at once.
+    let c = w.control(&plant);
+    assert!(c.status.success(), "control: {}", text(&c));
+    host_git_status(&w);
+    assert!(exists(&marker), "control: the host's git obeys the repository's config");
+}
+
+/// `.git/objects/info/alternates` names object stores git reads, wherever
+/// they are: one naming a folder whose own `info/alternates` is a FIFO
+/// hangs every git command of the person's. What a run writes there never
+/// lands.
+#[test]
+fn alternates_a_run_writes_never_land() {
+    let script = "mkdir -p evil/info && mkfifo evil/info/alternates && echo \"$PWD/evil\" > .git/objects/info/alternates && echo PLANTED";
+    let git_within = |w: &World| {
+        Command::new("timeout")
+            .args(["3", "git", "status", "--short"])
+            .current_dir(&w.ws)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+            .status
+            .code()
+    };
+    for policy in ["", "overlay = true\non_violation = \"drop\"\n"] {
+        let w = World::new();
+        committed_repository(&w);
+        let o = w.run_policy(policy, script);
+        assert!(stdout(&o).contains("PLANTED"), "{policy}: {}", text(&o));
+        assert!(
+            text(&o).contains("the object stores a repository borrows from"),
+            "{policy}: {}",
+            text(&o)
+        );
+        assert!(!exists(&w.ws.join(".git/objects/info/alternates")), "{policy}");
+        assert_eq!(git_within(&w), Some(0), "{policy}: the person's git answers");
+    }
+    // Control: without the sandbox git hangs on it.
+    let w = World::new();
+    committed_repository(&w);
+    let c = w.control(script);
+    assert!(stdout(&c).contains("PLANTED"), "control: {}", text(&c));
+    assert_eq!(git_within(&w), Some(124), "control: git hangs");
+}
+
 /// Where the whole workspace is captured (`overlay = true`, a preview), a
 /// run that makes `HEAD` (and `objects`, `refs`, `config`) at the top and
 /// removes `.git/HEAD` would have the person's git take the workspace for a

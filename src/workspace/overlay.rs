@@ -1445,6 +1445,25 @@ impl Planner<'_> {
             self.out.violations.push(format!("{what} `{r}`: {why}"));
             return false;
         }
+        // The object stores a repository borrows from: git reads each one
+        // named there, and on from its own list, wherever it is (a FIFO
+        // there hangs every git command; a store outside is trusted).
+        let alternates = rel.parent().and_then(|info| info.parent()).filter(|objects| {
+            objects.file_name() == Some("objects".as_ref())
+                && rel.parent().and_then(Path::file_name) == Some("info".as_ref())
+                && matches!(
+                    rel.file_name().map(|n| n.as_bytes()),
+                    Some(b"alternates" | b"http-alternates")
+                )
+        });
+        if what != "deletes"
+            && alternates.is_some_and(|o| o.parent().is_some_and(|d| self.known_git_dirs().any(|k| k == d)))
+        {
+            self.out.violations.push(format!(
+                "{what} `{r}`: the object stores a repository borrows from (git reads each one it names, wherever it is, and hangs on a FIFO there); what was there before the run stays"
+            ));
+            return false;
+        }
         let ws = self.ws;
         let includes = self.includes.get_or_init(|| {
             super::git_includes(ws, self.layout.get_or_init(|| layout_before(ws))).map_err(|e| e.to_string())

@@ -120,6 +120,7 @@ pub(super) fn spawn(guard: CreateGuard, channel: OwnedFd, report: OwnedFd) -> st
                 report,
                 reported: 0,
                 own: [std::process::id() as i32, gettid()],
+                made_dirs: std::collections::HashSet::new(),
             };
             let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| g.serve()));
             let failure = match served {
@@ -266,6 +267,10 @@ struct Guard {
     reported: usize,
     /// init's pid and this thread's id: their `/proc` entries are init's.
     own: [i32; 2],
+    /// (device, inode) of every directory this run made (`mkdir`), wherever
+    /// it has moved since: a git directory is the run's own to configure
+    /// only if it is one of them (see [`Guard::judge`]).
+    made_dirs: std::collections::HashSet<(u64, u64)>,
 }
 
 /// Answers notification `id` on `listener`.
@@ -636,7 +641,11 @@ impl Guard {
         self.refuse_if_protected(&place, Making::Directory)?;
         let name = place.c_name();
         // SAFETY: mkdirat relative to a descriptor we own, NUL-terminated name.
-        check(unsafe { libc::mkdirat(place.dir.as_raw_fd(), name.as_ptr(), mode & 0o7777) })
+        let made = check(unsafe { libc::mkdirat(place.dir.as_raw_fd(), name.as_ptr(), mode & 0o7777) })?;
+        if let Some(id) = identity_at(&place.dir, &name) {
+            self.made_dirs.insert(id);
+        }
+        Ok(made)
     }
 
     fn mknod(&mut self, c: &Caller, dirfd: i32, path: u64, mode: u32, dev: u64) -> Result<i64, Errno> {
@@ -881,7 +890,30 @@ impl Guard {
 
     fn judge(&self, place: &Place, making: Making) -> Option<&'static str> {
         let name = OsStr::from_bytes(&place.name);
-        self.guard.refuses(name, making, || dir_path(&place.dir))
+        let parent = std::cell::OnceCell::new();
+        let path = || parent.get_or_init(|| dir_path(&place.dir)).clone();
+        if let Some(why) = self.guard.refuses(name, making, path) {
+            return Some(why);
+        }
+        // A control file of a git directory in the workspace that this run
+        // did not make: another run's repository (one that run made below,
+        // whose gitlink it landed in the index while this one ran), or one
+        // made meanwhile. The plan could not know it, and the host's git at
+        // the top recurses into it now and obeys its `config`.
+        let control = crate::policy::GIT_CONTROL.iter().any(|c| place.name == c.as_bytes());
+        if !control
+            || self
+                .made_dirs
+                .contains(&identity_at(&place.dir, c".").unwrap_or_default())
+        {
+            return None;
+        }
+        let in_workspace = path().is_some_and(|p| p.starts_with(&self.guard.workspace));
+        let git_dir = path().is_some_and(|p| p.file_name() == Some(OsStr::new(".git")))
+            || identity_at(&place.dir, c"HEAD").is_some();
+        (in_workspace && git_dir).then_some(
+            "a control file of a git directory this run did not make (another run's, or one made while this run lasted): the host's git may obey it at once",
+        )
     }
 
     fn refuse_if_protected(&mut self, place: &Place, making: Making) -> Result<(), Errno> {
@@ -1366,6 +1398,27 @@ fn is_proc_root(fd: &OwnedFd) -> bool {
 }
 
 /// The path of an open directory, as this mount namespace shows it.
+/// (device, inode) of `name` in the directory `dir`, not following a
+/// final symlink; `None` if there is nothing there.
+fn identity_at(dir: &OwnedFd, name: &std::ffi::CStr) -> Option<(u64, u64)> {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: fstatat relative to a descriptor we own, with a NUL-terminated
+    // name, into a stat buffer it fills on success (read only then).
+    let r = unsafe {
+        libc::fstatat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            st.as_mut_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+    (r == 0).then(|| {
+        // SAFETY: fstatat succeeded, so the buffer is initialised.
+        let st = unsafe { st.assume_init() };
+        (st.st_dev, st.st_ino)
+    })
+}
+
 fn dir_path(fd: &OwnedFd) -> Option<PathBuf> {
     let p = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()?;
     // A directory removed meanwhile: where it was (nothing can be made in
