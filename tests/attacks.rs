@@ -3346,6 +3346,77 @@ fn same_file(w: &World, a: &str, b: &str) -> bool {
 const WRITE_IN_PLACE: &str =
     "python3 -c \"import os, sys; fd = os.open(sys.argv[1], os.O_RDWR); os.pwrite(fd, b'X', 100)\"";
 
+/// `core.hooksPath` naming a folder of the workspace (`.githooks`, husky's
+/// `.husky/_`): git runs what is there on the person's commit as it runs
+/// `.git/hooks`, so a run may neither write a hook there nor make the
+/// folder where it does not exist yet. Bound and captured alike.
+#[test]
+fn hooks_a_configuration_names_in_the_workspace_are_protected() {
+    let hook = |w: &World, dir: &str| {
+        format!(
+            "mkdir -p {dir} && printf '#!/bin/sh\\ntouch {}\\n' > {dir}/pre-commit && chmod +x {dir}/pre-commit && echo PLANTED",
+            w.outside.join("hook-ran").display()
+        )
+    };
+    let commit = |w: &World| {
+        let _ = Command::new("git")
+            .args([
+                "-c",
+                "user.email=t@t",
+                "-c",
+                "user.name=t",
+                "commit",
+                "-q",
+                "--allow-empty",
+                "-m",
+                "person",
+            ])
+            .current_dir(&w.ws)
+            .output();
+    };
+    for (dir, exists_before) in [(".githooks", true), (".husky/_", false)] {
+        for policy in ["", "overlay = true\non_violation = \"drop\"\n"] {
+            let w = World::new();
+            committed_repository(&w);
+            host_git(&w, &["config", "core.hooksPath", dir]);
+            if exists_before {
+                w.write(&format!("{dir}/README"), "hooks\n");
+            }
+            let o = w.run_policy(policy, &hook(&w, dir));
+            if policy.is_empty() {
+                // Bound: refused as it is written (EROFS, or the guard's EPERM).
+                assert!(!stdout(&o).contains("PLANTED"), "{dir}: {}", text(&o));
+                assert_ne!(o.status.code(), Some(0), "{dir}: {}", text(&o));
+            } else {
+                // Captured: read-only where it exists, refused at landing where it does not.
+                let said = text(&o);
+                assert!(
+                    said.contains("core.hooksPath") || said.contains("Read-only file system"),
+                    "{dir} {policy}: {said}"
+                );
+            }
+            assert!(
+                !exists(&w.ws.join(dir).join("pre-commit")),
+                "{dir} {policy}: {}",
+                text(&o)
+            );
+            commit(&w);
+            assert!(
+                !exists(&w.outside.join("hook-ran")),
+                "{dir} {policy}: the person's commit ran the run's hook"
+            );
+        }
+    }
+    // Control: without the sandbox, the person's next commit runs it.
+    let w = World::new();
+    committed_repository(&w);
+    host_git(&w, &["config", "core.hooksPath", ".githooks"]);
+    let c = w.control(&hook(&w, ".githooks"));
+    assert!(stdout(&c).contains("PLANTED"), "control: {}", text(&c));
+    commit(&w);
+    assert!(exists(&w.outside.join("hook-ran")), "control: the hook ran");
+}
+
 /// Two runs in one workspace: run A makes a repository below and lands its
 /// gitlink in the index while run B lasts. B's plan could not know that
 /// repository, yet the host's `git status` at the top now recurses into it:

@@ -45,13 +45,22 @@ pub struct GitIncludes {
     /// whether it exists or not. No run may make, replace or remove one,
     /// nor any directory above one.
     pub paths: Vec<PathBuf>,
+    /// Workspace-relative directories a configuration names as the
+    /// repository's hooks (`core.hooksPath`: `.githooks`, husky's
+    /// `.husky/_`): git runs what is there on the person's commit,
+    /// checkout or fetch, as it runs `.git/hooks`. Nothing in one may be
+    /// made, changed or removed (an existing one is also in `files`, and
+    /// read-only in a run; its own path, and the links on the way, are in
+    /// `paths`).
+    pub hook_dirs: Vec<PathBuf>,
 }
 
 impl GitIncludes {
     /// Whether a change at `rel` (workspace-relative) could change what git
-    /// includes: `rel` is one of [`GitIncludes::paths`] or a directory above one.
+    /// includes or runs: `rel` is one of [`GitIncludes::paths`] or a
+    /// directory above one, or lies in one of [`GitIncludes::hook_dirs`].
     pub fn guards(&self, rel: &Path) -> bool {
-        self.paths.iter().any(|p| p.starts_with(rel))
+        self.paths.iter().any(|p| p.starts_with(rel)) || self.hook_dirs.iter().any(|d| rel.starts_with(d))
     }
 }
 
@@ -106,6 +115,19 @@ pub fn includes(root: &Path, git_dirs: &[PathBuf], homes: &[PathBuf]) -> Result<
         new
     });
 
+    // The work trees hooks run in: the workspace's top, and each of its
+    // repositories' (a git directory named `.git` is beside its tree).
+    let mut trees = vec![root.to_path_buf()];
+    for d in git_dirs {
+        if let Some(t) = d
+            .parent()
+            .filter(|t| d.file_name() == Some(OsStr::new(".git")) && t.starts_with(root))
+        {
+            if !trees.iter().any(|x| x == t) {
+                trees.push(t.to_path_buf());
+            }
+        }
+    }
     let mut found = GitIncludes::default();
     // (the file as git names it, how deep in includes): git takes a relative
     // include from the directory of the file as named, links not resolved.
@@ -163,11 +185,12 @@ pub fn includes(root: &Path, git_dirs: &[PathBuf], homes: &[PathBuf]) -> Result<
             });
         }
         let base = config.parent().unwrap_or(Path::new("/")).to_path_buf();
-        for (line, value) in include_values(&text).map_err(|(line, why)| UnreadableConfig {
+        let values = config_values(&text).map_err(|(line, why)| UnreadableConfig {
             path: config.clone(),
             line,
             why,
-        })? {
+        })?;
+        for (line, value) in values.includes {
             for target in expand(&value, &base, homes) {
                 found.follow(root, &target, &format!("{shown}:{line}"), line)?;
                 if depth + 1 < MAX_DEPTH {
@@ -175,9 +198,21 @@ pub fn includes(root: &Path, git_dirs: &[PathBuf], homes: &[PathBuf]) -> Result<
                 }
             }
         }
+        // Relative to where hooks run, the top of a work tree: the
+        // workspace's, or any repository's in it (which one this
+        // configuration serves is not told here: all of them, to be safe).
+        for (line, value) in values.hooks_paths {
+            for tree in &trees {
+                for target in expand(&value, tree, homes) {
+                    found.hooks(root, git_dirs, &target, &format!("{shown}:{line}"), line)?;
+                }
+            }
+        }
     }
     found.paths.sort();
     found.paths.dedup();
+    found.hook_dirs.sort();
+    found.hook_dirs.dedup();
     Ok(found)
 }
 
@@ -219,6 +254,60 @@ impl GitIncludes {
                 self.files.push(resolved);
             }
         }
+        Ok(())
+    }
+}
+
+impl GitIncludes {
+    /// Records a hooks directory named at `origin` (`line` there), if it
+    /// is in the workspace and not in one of its git directories (whose
+    /// `hooks` are protected already).
+    fn hooks(
+        &mut self,
+        root: &Path,
+        git_dirs: &[PathBuf],
+        target: &Path,
+        origin: &str,
+        line: usize,
+    ) -> Result<(), UnreadableConfig> {
+        let error = |why: String| UnreadableConfig {
+            path: PathBuf::from(origin),
+            line,
+            why,
+        };
+        let mut on_the_way = Vec::new();
+        let Some((resolved, _)) = walk(root, target, &mut on_the_way) else {
+            return Err(error(format!(
+                "names `{}` as its hooks, whose path has more symlinks than a lookup follows",
+                target.display()
+            )));
+        };
+        let Ok(rel) = resolved.strip_prefix(root) else {
+            self.paths.extend(on_the_way);
+            return Ok(());
+        };
+        if rel.as_os_str().is_empty() || git_dirs.iter().any(|d| resolved.starts_with(d)) {
+            self.paths.extend(on_the_way);
+            return Ok(());
+        }
+        if let Ok(entries) = std::fs::read_dir(&resolved) {
+            // A read-only mount covers one name: through another hard link
+            // in the workspace the run would write the same hook.
+            for e in entries.flatten() {
+                if e.metadata().is_ok_and(|m| m.is_file() && m.nlink() > 1) {
+                    return Err(error(format!(
+                        "names `{}` as its hooks, where `{}` has other hard links, through which a run could change it; give it a name of its own (`cp F F.new && mv F.new F`)",
+                        resolved.display(),
+                        e.path().display()
+                    )));
+                }
+            }
+            if std::fs::symlink_metadata(&resolved).is_ok_and(|m| m.is_dir()) && !self.files.contains(&resolved) {
+                self.files.push(resolved.clone());
+            }
+        }
+        self.paths.extend(on_the_way);
+        self.hook_dirs.push(rel.to_path_buf());
         Ok(())
     }
 }
@@ -316,12 +405,25 @@ fn walk(root: &Path, path: &Path, seen: &mut Vec<PathBuf>) -> Option<(PathBuf, b
 /// case-insensitive, `[section] key = value` on one line, quotes, escapes,
 /// comments, continuation lines). Err: (line, what is wrong).
 pub fn include_values(text: &[u8]) -> Result<Vec<(usize, Vec<u8>)>, SyntaxError> {
+    config_values(text).map(|v| v.includes)
+}
+
+/// What of a configuration names files git reads or runs: its includes and
+/// its `core.hooksPath` values, each with its line number.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct ConfigValues {
+    pub includes: Vec<(usize, Vec<u8>)>,
+    pub hooks_paths: Vec<(usize, Vec<u8>)>,
+}
+
+/// [`include_values`], and the `core.hooksPath` values, read by git's rules.
+pub fn config_values(text: &[u8]) -> Result<ConfigValues, SyntaxError> {
     let mut p = Parser { s: text, i: 0, line: 1 };
     if p.s.starts_with(b"\xef\xbb\xbf") {
         p.i = 3;
     }
     let mut section = String::new();
-    let mut out = Vec::new();
+    let mut out = ConfigValues::default();
     loop {
         p.skip_blank();
         let Some(c) = p.peek() else { break };
@@ -345,9 +447,11 @@ pub fn include_values(text: &[u8]) -> Result<Vec<(usize, Vec<u8>)>, SyntaxError>
                     Some(_) => return Err((p.line, "a key is followed by something other than `=`".into())),
                 };
                 let include = section == "include" || section.starts_with("includeif.");
-                if include && key == "path" {
-                    if let Some(v) = value {
-                        out.push((line, v));
+                if let Some(v) = value {
+                    if include && key == "path" {
+                        out.includes.push((line, v));
+                    } else if section == "core" && key == "hookspath" {
+                        out.hooks_paths.push((line, v));
                     }
                 }
             }
@@ -538,6 +642,17 @@ impl Parser<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hooks_paths_are_read_with_the_includes() {
+        let text = b"[core]\n\thooksPath = .githooks\n[Core]\nHOOKSPATH=\"sub dir/_\"\n[include]\npath = x.cfg\n[other]\nhookspath = no\n";
+        let v = config_values(text).unwrap();
+        assert_eq!(v.includes, vec![(6, b"x.cfg".to_vec())]);
+        assert_eq!(
+            v.hooks_paths,
+            vec![(2, b".githooks".to_vec()), (4, b"sub dir/_".to_vec())]
+        );
+    }
 
     #[test]
     fn include_values_follow_gits_syntax() {

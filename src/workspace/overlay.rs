@@ -1471,7 +1471,7 @@ impl Planner<'_> {
         match includes {
             Ok(i) if i.guards(rel) => {
                 self.out.violations.push(format!(
-                    "{what} `{r}`: protected path (a git configuration includes it, or a path below it: `include.path`)"
+                    "{what} `{r}`: protected path (a git configuration includes it or a path below it, or names its folder as the repository's hooks: `include.path`, `core.hooksPath`)"
                 ));
                 return false;
             }
