@@ -3471,6 +3471,47 @@ fn a_repository_another_run_made_meanwhile_is_not_this_runs_to_configure() {
     assert!(exists(&marker), "control: the host's git obeys the repository's config");
 }
 
+/// A FIFO named `.gitignore`, `.gitattributes`, `.mailmap` or `.gitmodules`
+/// hangs the person's next `git status` (an editor runs one every few
+/// seconds) until something writes to it: none is made, whether by `mkfifo`,
+/// a rename or a link, and none lands from a capture.
+#[test]
+fn a_fifo_git_reads_in_the_work_tree_is_never_made() {
+    let script = "mkdir -p d && mkfifo .gitignore; mkfifo x && mv x .mailmap; mkfifo y && ln y d/.gitattributes; \
+                  mkfifo z && python3 -c 'import os; os.rename(\"z\", \"d/.gitmodules\")'; echo DONE";
+    let git_within = |w: &World| {
+        Command::new("timeout")
+            .args(["3", "git", "status", "--short"])
+            .current_dir(&w.ws)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+            .status
+            .code()
+    };
+    for policy in ["", "overlay = true\non_violation = \"drop\"\n"] {
+        let w = World::new();
+        committed_repository(&w);
+        let o = w.run_policy(policy, script);
+        assert!(stdout(&o).contains("DONE"), "{policy}: {}", text(&o));
+        assert!(
+            text(&o).contains("a FIFO by a name git reads in a work tree"),
+            "{policy}: {}",
+            text(&o)
+        );
+        for name in [".gitignore", ".mailmap", "d/.gitattributes", "d/.gitmodules"] {
+            assert!(!exists(&w.ws.join(name)), "{policy}: {name}: {}", text(&o));
+        }
+        assert_eq!(git_within(&w), Some(0), "{policy}: the person's git answers");
+    }
+    // Control: without the sandbox, git hangs on it.
+    let w = World::new();
+    committed_repository(&w);
+    let c = w.control("mkfifo .gitignore && echo DONE");
+    assert!(stdout(&c).contains("DONE"), "control: {}", text(&c));
+    assert_eq!(git_within(&w), Some(124), "control: git hangs");
+}
+
 /// `.git/objects/info/alternates` names object stores git reads, wherever
 /// they are: one naming a folder whose own `info/alternates` is a FIFO
 /// hangs every git command of the person's. What a run writes there never

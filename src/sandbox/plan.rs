@@ -133,6 +133,20 @@ pub struct CreateGuard {
     pub nested_trees: Vec<(PathBuf, bool)>,
 }
 
+/// Files git reads in a work tree whenever it looks at it (`git status`,
+/// `git log`): a FIFO by one of these names hangs the person's git (and an
+/// editor's, which runs one every few seconds) until someone writes to it.
+/// (Symlinks are no matter: git opens these without following one.)
+pub const READ_BY_GIT_IN_WORK_TREE: [&str; 4] = [".gitignore", ".gitattributes", ".mailmap", ".gitmodules"];
+
+/// Whether a FIFO may not take `name` (see [`READ_BY_GIT_IN_WORK_TREE`]).
+pub fn fifo_refused(name: &[u8]) -> Option<&'static str> {
+    READ_BY_GIT_IN_WORK_TREE
+        .iter()
+        .any(|n| n.as_bytes() == name)
+        .then_some("a FIFO by a name git reads in a work tree (`.gitignore`, `.gitattributes`, `.mailmap`, `.gitmodules`) hangs the person's git")
+}
+
 impl CreateGuard {
     /// Why `name`, about to be made in a directory, is refused; `None` if it
     /// may be made. `parent` gives that directory's path in the sandbox (or

@@ -1660,7 +1660,17 @@ impl Planner<'_> {
                 ("creates", &mut self.out.added)
             };
             list.push(shown);
-            let ok = self.lands_in_git_dir(&r, &m, what) && self.judge(&r, what);
+            let fifo = m
+                .file_type()
+                .is_fifo()
+                .then(|| crate::sandbox::plan::fifo_refused(name.as_bytes()))
+                .flatten();
+            if let Some(why) = fifo {
+                self.out
+                    .violations
+                    .push(format!("{what} `{shown_again}`: {why}", shown_again = r.display()));
+            }
+            let ok = fifo.is_none() && self.lands_in_git_dir(&r, &m, what) && self.judge(&r, what);
             if lower.as_ref().is_some_and(|l| l.is_dir()) {
                 self.ops.push((Op::Remove(rel_bytes(&r)), ok));
             }

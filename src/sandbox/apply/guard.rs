@@ -652,6 +652,9 @@ impl Guard {
         let place = self.placed(c, dirfd, path)?;
         take_umask(c);
         self.refuse_if_protected(&place, Making::Other)?;
+        if mode & libc::S_IFMT == libc::S_IFIFO {
+            self.refuse_fifo(&place)?;
+        }
         let name = place.c_name();
         // SAFETY: mknodat relative to a descriptor we own, NUL-terminated name.
         check(unsafe { libc::mknodat(place.dir.as_raw_fd(), name.as_ptr(), mode, dev as libc::dev_t) })
@@ -684,6 +687,15 @@ impl Guard {
             } else {
                 cstr(format!("/proc/{}/fd/{}", c.tid, old.0))
             };
+            let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+            // SAFETY: stat of a NUL-terminated path into a buffer it fills on
+            // success (read only then).
+            if unsafe { libc::stat(via.as_ptr(), st.as_mut_ptr()) } == 0
+                // SAFETY: stat succeeded: the buffer is initialised.
+                && unsafe { st.assume_init() }.st_mode & libc::S_IFMT == libc::S_IFIFO
+            {
+                self.refuse_fifo(&to)?;
+            }
             // SAFETY: linkat with NUL-terminated paths and a descriptor we own.
             return check(unsafe {
                 libc::linkat(
@@ -708,6 +720,9 @@ impl Guard {
                     if self.is_foreign_proc(c, &via) {
                         return Err(libc::EACCES);
                     }
+                    if fstat(&via).is_some_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFIFO) {
+                        self.refuse_fifo(&to)?;
+                    }
                     let again = cstr(format!("/proc/self/fd/{}", via.as_raw_fd()));
                     // SAFETY: linkat with NUL-terminated paths and a descriptor we own.
                     return check(unsafe {
@@ -722,6 +737,9 @@ impl Guard {
                 }
                 from = self.follow(c, from, &mut links)?;
             }
+        }
+        if is_fifo_at(&from) {
+            self.refuse_fifo(&to)?;
         }
         let from_name = from.c_name();
         // SAFETY: linkat relative to descriptors we own, NUL-terminated names.
@@ -748,8 +766,14 @@ impl Guard {
             false => Making::Other,
         };
         self.refuse_if_protected(&to, kind(&from))?;
+        if is_fifo_at(&from) {
+            self.refuse_fifo(&to)?;
+        }
         if flags & libc::RENAME_EXCHANGE != 0 {
             self.refuse_if_protected(&from, kind(&to))?;
+            if is_fifo_at(&to) {
+                self.refuse_fifo(&from)?;
+            }
         }
         let (a, b) = (from.c_name(), to.c_name());
         // SAFETY: renameat2 relative to descriptors we own, NUL-terminated names.
@@ -918,6 +942,19 @@ impl Guard {
 
     fn refuse_if_protected(&mut self, place: &Place, making: Making) -> Result<(), Errno> {
         match self.judge(place, making) {
+            Some(why) => {
+                let name = OsStr::from_bytes(&place.name).to_owned();
+                self.refused(place, &name, why);
+                Err(libc::EPERM)
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// A FIFO may not take a name git reads in a work tree (see
+    /// `plan::fifo_refused`).
+    fn refuse_fifo(&mut self, place: &Place) -> Result<(), Errno> {
+        match crate::sandbox::plan::fifo_refused(&place.name) {
             Some(why) => {
                 let name = OsStr::from_bytes(&place.name).to_owned();
                 self.refused(place, &name, why);
@@ -1366,6 +1403,10 @@ fn stat_at(place: &Place) -> Option<libc::stat> {
 
 fn is_dir(place: &Place) -> bool {
     stat_at(place).is_some_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR)
+}
+
+fn is_fifo_at(place: &Place) -> bool {
+    stat_at(place).is_some_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFIFO)
 }
 
 fn is_symlink(place: &Place) -> bool {
