@@ -267,10 +267,10 @@ struct Guard {
     reported: usize,
     /// init's pid and this thread's id: their `/proc` entries are init's.
     own: [i32; 2],
-    /// (device, inode) of every directory this run made (`mkdir`), wherever
+    /// (device, inode, birth time) of every directory this run made (`mkdir`), wherever
     /// it has moved since: a git directory is the run's own to configure
     /// only if it is one of them (see [`Guard::judge`]).
-    made_dirs: std::collections::HashSet<(u64, u64)>,
+    made_dirs: std::collections::HashSet<(u64, u64, i64, u32)>,
 }
 
 /// Answers notification `id` on `listener`.
@@ -1438,28 +1438,32 @@ fn is_proc_root(fd: &OwnedFd) -> bool {
     is_procfs(fd) && fstat(fd).is_some_and(|st| st.st_ino == 1)
 }
 
-/// The path of an open directory, as this mount namespace shows it.
-/// (device, inode) of `name` in the directory `dir`, not following a
-/// final symlink; `None` if there is nothing there.
-fn identity_at(dir: &OwnedFd, name: &std::ffi::CStr) -> Option<(u64, u64)> {
-    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
-    // SAFETY: fstatat relative to a descriptor we own, with a NUL-terminated
-    // name, into a stat buffer it fills on success (read only then).
+/// (device, inode, birth time) of `name` in the directory `dir`, not
+/// following a final symlink; `None` if there is nothing there. The birth
+/// time tells an inode number used again (a directory removed, another
+/// made) from the one first seen.
+fn identity_at(dir: &OwnedFd, name: &std::ffi::CStr) -> Option<(u64, u64, i64, u32)> {
+    let mut stx = std::mem::MaybeUninit::<libc::statx>::uninit();
+    // SAFETY: statx relative to a descriptor we own, with a NUL-terminated
+    // name, into a buffer it fills on success (read only then).
     let r = unsafe {
-        libc::fstatat(
+        libc::statx(
             dir.as_raw_fd(),
             name.as_ptr(),
-            st.as_mut_ptr(),
             libc::AT_SYMLINK_NOFOLLOW,
+            libc::STATX_INO | libc::STATX_BTIME,
+            stx.as_mut_ptr(),
         )
     };
     (r == 0).then(|| {
-        // SAFETY: fstatat succeeded, so the buffer is initialised.
-        let st = unsafe { st.assume_init() };
-        (st.st_dev, st.st_ino)
+        // SAFETY: statx succeeded, so the buffer is initialised.
+        let stx = unsafe { stx.assume_init() };
+        let dev = libc::makedev(stx.stx_dev_major, stx.stx_dev_minor);
+        (dev, stx.stx_ino, stx.stx_btime.tv_sec, stx.stx_btime.tv_nsec)
     })
 }
 
+/// The path of an open directory, as this mount namespace shows it.
 fn dir_path(fd: &OwnedFd) -> Option<PathBuf> {
     let p = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()?;
     // A directory removed meanwhile: where it was (nothing can be made in
