@@ -167,8 +167,11 @@ class TetherExec:
         # In the state directory, which is the user's own: a folder others
         # can write (a shared temporary directory) would let them put their
         # own policy where the harness's is looked for.
-        d = (self.state_dir or _default_state_dir()) / "policies"
-        d.mkdir(parents=True, exist_ok=True, mode=0o700)
+        base = self.state_dir or _default_state_dir()
+        # Private from the first byte, as tether-exec makes it.
+        base.mkdir(parents=True, exist_ok=True, mode=0o700)
+        d = base / "policies"
+        d.mkdir(exist_ok=True, mode=0o700)
         st = os.lstat(d)
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
             raise PermissionError(
