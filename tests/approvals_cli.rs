@@ -642,10 +642,7 @@ fn a_retried_approve_with_resume_never_runs_an_interrupted_action_again() {
     let w = World::new();
     // The log is outside what the approval binds, so that only the
     // interruption, not the changed workspace, stands in the way.
-    let p = w.policy(
-        "require_approval_for = [{ prefix = \"tee\", preview = false }]\ndefault = \"allow\"\nfingerprint_ignore = [\"logs\"]\n",
-    );
-    std::fs::create_dir_all(w.ws.join("logs")).unwrap();
+    let p = tee_held_logs_unbound(&w);
     let id = hold(
         &w,
         &p,
@@ -989,10 +986,7 @@ fn show_quotes_argv_words_and_escapes_the_workspace_path() {
 #[test]
 fn a_copied_state_directory_does_not_run_a_spent_approval_again() {
     let w = World::new();
-    let p = w.policy(
-        "require_approval_for = [{ prefix = \"tee\", preview = false }]\ndefault = \"allow\"\nfingerprint_ignore = [\"logs\"]\n",
-    );
-    std::fs::create_dir_all(w.ws.join("logs")).unwrap();
+    let p = tee_held_logs_unbound(&w);
     let id = hold(&w, &p, "tee -a logs/runs.log < /dev/null; echo run >> logs/runs.log");
     assert!(w.tx(&["approve", &id]).status.success());
     let copy = w.outside.join("state-copy");
@@ -1018,10 +1012,7 @@ fn a_copied_state_directory_does_not_run_a_spent_approval_again() {
 #[test]
 fn a_resume_while_the_action_runs_elsewhere_is_told_to_wait() {
     let w = World::new();
-    let p = w.policy(
-        "require_approval_for = [{ prefix = \"tee\", preview = false }]\ndefault = \"allow\"\nfingerprint_ignore = [\"logs\"]\n",
-    );
-    std::fs::create_dir_all(w.ws.join("logs")).unwrap();
+    let p = tee_held_logs_unbound(&w);
     let id = hold(
         &w,
         &p,
@@ -1054,10 +1045,7 @@ fn a_resume_while_the_action_runs_elsewhere_is_told_to_wait() {
 #[test]
 fn a_changed_environment_is_named_variable_by_variable() {
     let w = World::new();
-    let p = w.policy(
-        "require_approval_for = [{ prefix = \"tee\", preview = false }]\ndefault = \"allow\"\nfingerprint_ignore = [\"logs\"]\n",
-    );
-    std::fs::create_dir_all(w.ws.join("logs")).unwrap();
+    let p = tee_held_logs_unbound(&w);
     let o = w
         .command(&[
             "run",
@@ -1099,4 +1087,13 @@ fn a_changed_environment_is_named_variable_by_variable() {
         .unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert_eq!(std::fs::read_to_string(w.ws.join("logs/runs.log")).unwrap(), "run\n");
+}
+
+/// A policy holding `tee` without a preview, and `logs/` (made here) out of
+/// what an approval binds: only what a test changes stands in the way.
+fn tee_held_logs_unbound(w: &World) -> std::path::PathBuf {
+    std::fs::create_dir_all(w.ws.join("logs")).unwrap();
+    w.policy(
+        "require_approval_for = [{ prefix = \"tee\", preview = false }]\ndefault = \"allow\"\nfingerprint_ignore = [\"logs\"]\n",
+    )
 }

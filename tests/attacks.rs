@@ -3471,45 +3471,59 @@ fn a_repository_another_run_made_meanwhile_is_not_this_runs_to_configure() {
     assert!(exists(&marker), "control: the host's git obeys the repository's config");
 }
 
+/// The exit status of the host's `git status` in the workspace, given 3
+/// seconds: 124 when it hangs.
+fn host_git_status_within_3s(w: &World) -> Option<i32> {
+    Command::new("timeout")
+        .args(["3", "git", "status", "--short"])
+        .current_dir(&w.ws)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+        .status
+        .code()
+}
+
+/// Runs `script` (which prints DONE) bound and captured: nothing of
+/// `planted` is left in the workspace, the run says `why`, and the host's
+/// `git status` answers. Control: `control` run without the sandbox makes
+/// that `git status` hang.
+fn git_never_hangs_on_what_a_run_leaves(script: &str, why: &str, planted: &[&str], control: &str) {
+    for policy in ["", "overlay = true\non_violation = \"drop\"\n"] {
+        let w = World::new();
+        committed_repository(&w);
+        let o = w.run_policy(policy, script);
+        assert!(stdout(&o).contains("DONE"), "{policy}: {}", text(&o));
+        assert!(text(&o).contains(why), "{policy}: {}", text(&o));
+        for name in planted {
+            assert!(!exists(&w.ws.join(name)), "{policy}: {name}: {}", text(&o));
+        }
+        assert_eq!(
+            host_git_status_within_3s(&w),
+            Some(0),
+            "{policy}: the person's git answers"
+        );
+    }
+    let w = World::new();
+    committed_repository(&w);
+    let c = w.control(control);
+    assert!(stdout(&c).contains("DONE"), "control: {}", text(&c));
+    assert_eq!(host_git_status_within_3s(&w), Some(124), "control: git hangs");
+}
+
 /// A FIFO named `.gitignore`, `.gitattributes`, `.mailmap` or `.gitmodules`
 /// hangs the person's next `git status` (an editor runs one every few
 /// seconds) until something writes to it: none is made, whether by `mkfifo`,
 /// a rename or a link, and none lands from a capture.
 #[test]
 fn a_fifo_git_reads_in_the_work_tree_is_never_made() {
-    let script = "mkdir -p d && mkfifo .gitignore; mkfifo x && mv x .mailmap; mkfifo y && ln y d/.gitattributes; \
-                  mkfifo z && python3 -c 'import os; os.rename(\"z\", \"d/.gitmodules\")'; echo DONE";
-    let git_within = |w: &World| {
-        Command::new("timeout")
-            .args(["3", "git", "status", "--short"])
-            .current_dir(&w.ws)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap()
-            .status
-            .code()
-    };
-    for policy in ["", "overlay = true\non_violation = \"drop\"\n"] {
-        let w = World::new();
-        committed_repository(&w);
-        let o = w.run_policy(policy, script);
-        assert!(stdout(&o).contains("DONE"), "{policy}: {}", text(&o));
-        assert!(
-            text(&o).contains("a FIFO by a name git reads in a work tree"),
-            "{policy}: {}",
-            text(&o)
-        );
-        for name in [".gitignore", ".mailmap", "d/.gitattributes", "d/.gitmodules"] {
-            assert!(!exists(&w.ws.join(name)), "{policy}: {name}: {}", text(&o));
-        }
-        assert_eq!(git_within(&w), Some(0), "{policy}: the person's git answers");
-    }
-    // Control: without the sandbox, git hangs on it.
-    let w = World::new();
-    committed_repository(&w);
-    let c = w.control("mkfifo .gitignore && echo DONE");
-    assert!(stdout(&c).contains("DONE"), "control: {}", text(&c));
-    assert_eq!(git_within(&w), Some(124), "control: git hangs");
+    git_never_hangs_on_what_a_run_leaves(
+        "mkdir -p d && mkfifo .gitignore; mkfifo x && mv x .mailmap; mkfifo y && ln y d/.gitattributes; \
+         mkfifo z && python3 -c 'import os; os.rename(\"z\", \"d/.gitmodules\")'; echo DONE",
+        "a FIFO by a name git reads in a work tree",
+        &[".gitignore", ".mailmap", "d/.gitattributes", "d/.gitmodules"],
+        "mkfifo .gitignore && echo DONE",
+    );
 }
 
 /// `.git/objects/info/alternates` names object stores git reads, wherever
@@ -3518,36 +3532,13 @@ fn a_fifo_git_reads_in_the_work_tree_is_never_made() {
 /// lands.
 #[test]
 fn alternates_a_run_writes_never_land() {
-    let script = "mkdir -p evil/info && mkfifo evil/info/alternates && echo \"$PWD/evil\" > .git/objects/info/alternates && echo PLANTED";
-    let git_within = |w: &World| {
-        Command::new("timeout")
-            .args(["3", "git", "status", "--short"])
-            .current_dir(&w.ws)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap()
-            .status
-            .code()
-    };
-    for policy in ["", "overlay = true\non_violation = \"drop\"\n"] {
-        let w = World::new();
-        committed_repository(&w);
-        let o = w.run_policy(policy, script);
-        assert!(stdout(&o).contains("PLANTED"), "{policy}: {}", text(&o));
-        assert!(
-            text(&o).contains("the object stores a repository borrows from"),
-            "{policy}: {}",
-            text(&o)
-        );
-        assert!(!exists(&w.ws.join(".git/objects/info/alternates")), "{policy}");
-        assert_eq!(git_within(&w), Some(0), "{policy}: the person's git answers");
-    }
-    // Control: without the sandbox git hangs on it.
-    let w = World::new();
-    committed_repository(&w);
-    let c = w.control(script);
-    assert!(stdout(&c).contains("PLANTED"), "control: {}", text(&c));
-    assert_eq!(git_within(&w), Some(124), "control: git hangs");
+    let script = "mkdir -p evil/info && mkfifo evil/info/alternates && echo \"$PWD/evil\" > .git/objects/info/alternates && echo DONE";
+    git_never_hangs_on_what_a_run_leaves(
+        script,
+        "the object stores a repository borrows from",
+        &[".git/objects/info/alternates"],
+        script,
+    );
 }
 
 /// Where the whole workspace is captured (`overlay = true`, a preview), a
@@ -3618,6 +3609,22 @@ fn a_capture_never_turns_the_workspace_into_a_git_directory() {
     );
 }
 
+/// A committed repository, and outside it the host file a planted link
+/// points at (holding `HOST DATA`), the reflog a planted link names (not
+/// there yet) and a directory a planted link names.
+fn repository_and_targets() -> (World, PathBuf, PathBuf, PathBuf) {
+    let w = World::new();
+    committed_repository(&w);
+    let (victim, reflog, refs) = (
+        w.outside.join("victim"),
+        w.outside.join("reflog"),
+        w.outside.join("refs-elsewhere"),
+    );
+    std::fs::write(&victim, "HOST DATA\n").unwrap();
+    std::fs::create_dir(&refs).unwrap();
+    (w, victim, reflog, refs)
+}
+
 /// A symlink a run makes in a git directory (a reflog, `COMMIT_EDITMSG`,
 /// a directory replaced by one) never lands: git follows it where it
 /// appends or writes in place, so the person's next `git commit` would
@@ -3645,15 +3652,7 @@ fn a_symlink_made_in_a_git_directory_never_lands() {
         ("overlay = true\n", 77, false),
         ("overlay = true\non_violation = \"drop\"\n", 0, true),
     ] {
-        let w = World::new();
-        committed_repository(&w);
-        let (victim, reflog, refs) = (
-            w.outside.join("victim"),
-            w.outside.join("reflog"),
-            w.outside.join("refs-elsewhere"),
-        );
-        std::fs::write(&victim, "HOST DATA\n").unwrap();
-        std::fs::create_dir(&refs).unwrap();
+        let (w, victim, reflog, refs) = repository_and_targets();
         let o = w.run_policy(policy, &plant(&w));
         assert!(stdout(&o).contains("PLANTED"), "{policy}: {}", text(&o));
         assert_eq!(o.status.code(), Some(code), "{policy}: {}", text(&o));
@@ -3688,15 +3687,7 @@ fn a_symlink_made_in_a_git_directory_never_lands() {
     }
     // Control: without the sandbox the links are git's, and the person's
     // commit writes through them.
-    let w = World::new();
-    committed_repository(&w);
-    let (victim, reflog, refs) = (
-        w.outside.join("victim"),
-        w.outside.join("reflog"),
-        w.outside.join("refs-elsewhere"),
-    );
-    std::fs::write(&victim, "HOST DATA\n").unwrap();
-    std::fs::create_dir(&refs).unwrap();
+    let (w, victim, reflog, refs) = repository_and_targets();
     let c = w.control(&plant(&w));
     assert!(stdout(&c).contains("PLANTED"), "control: {}", text(&c));
     host_git(&w, &["commit", "-q", "--allow-empty", "-m", "the person's"]);
