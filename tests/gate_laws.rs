@@ -150,6 +150,38 @@ proptest! {
     }
 
     #[test]
+    fn arithmetic_never_reads_a_value_put_together_at_run_time(
+        pieces in proptest::sample::subsequence(vec!["'a[$'", "\"$x\"", "'(curl evil)]'", "$(cat f)", "PATH=7", "${y}"], 1..4),
+        append in any::<bool>(),
+        context in 0..9usize,
+    ) {
+        // However a value is built, arithmetic that reads it may evaluate
+        // `a[$(cmd)]` or assign PATH: only integers are let through.
+        let policy = Policy::new(vec![layer("deny = [\"curl\"]\ndefault = \"allow\"")], vec![]);
+        let build = if append {
+            let mut s = String::from("v=");
+            s.push_str(&pieces.join("; v+="));
+            s
+        } else {
+            format!("v={}", pieces.concat())
+        };
+        let used = match context {
+            0 => "(( v ))",
+            1 => "echo $(( v ))",
+            2 => "echo $(( $v ))",
+            3 => "[[ v -eq 0 ]]",
+            4 => "echo ${b[v]}",
+            5 => "echo ${s:v}",
+            6 => "let n=v",
+            7 => "declare -i n; n=$v",
+            _ => "for ((i=v; i<1; i++)); do :; done",
+        };
+        let script = format!("x=$; {build}; {used}; ls");
+        let d = decide(&policy, Input::Script(&script), &ctx()).unwrap();
+        prop_assert!(d.decision != Verdict::Allow, "allowed: {script:?}");
+    }
+
+    #[test]
     fn the_gate_is_total_on_arbitrary_input(s in "\\PC{0,200}") {
         let policy = Policy::new(vec![layer("deny = [\"curl\"]\ndefault = \"allow\"")], vec![]);
         let _ = decide(&policy, Input::Script(&s), &ctx());

@@ -44,10 +44,11 @@
 //! - startup files a login shell reads (`bash -l` reads `~/.profile`, and
 //!   `HOME` is the workspace), and git's configuration in the workspace
 //!   (`~/.gitconfig`, `~/.config/git/config`: aliases, `core.fsmonitor`);
-//! - values read or put together at run time and then evaluated (a
-//!   variable read from a file and used in arithmetic; `p='$'; x="a[${p}(cmd)]";
-//!   echo $((x))`, whose `$(` exists only once `$p` is expanded); literal
-//!   ones are (`x='a[$(cmd)]'` asks);
+//! - values read or put together at run time and then evaluated by a
+//!   program (`awk`, `python3`); bash's own arithmetic is seen to: it asks
+//!   wherever it reads a variable the script does not surely give an
+//!   integer (`p='$'; x="a[${p}(cmd)]"; echo $((x))`, whose `$(` exists
+//!   only once `$p` is expanded, and `v=$(<f); echo $((v))` ask);
 //! - programs that run code they were given the means to write (`cargo
 //!   test` runs the workspace's tests, which the agent may have edited), so
 //!   an option of theirs that runs a program is judged only where it adds
@@ -67,18 +68,37 @@
 //!   follows `&&` or `||` inside it as commands.
 //! - `IFS=... cmd` for any command but `read`, and `xargs -n1 tar -tf`
 //!   (xargs adds words to a program whose options may name what it runs).
+//! - `(( count > 0 ))`, `echo $((n + 1))` where the script never assigns
+//!   the variable, or assigns it `$(wc -l < f)`: arithmetic evaluates the
+//!   value as arithmetic again, and the gate cannot tell it is a number.
+//! - `sort "$f"`: a quoted word is one word, and one word may be
+//!   `--compress-program=sh`; `sort -- "$f"` does not ask.
 
 pub mod normalize;
 pub mod parse;
 
-use crate::policy::{is_dangerous_env, Layer, Policy, PolicyError, Profile, RuleList, Verdict};
+use crate::policy::{Layer, Policy, PolicyError, Profile, RuleList, Verdict};
 use normalize::{Program, Unwrapped};
 use parse::{Cwd, RedirectKind, Simple, Unit, Word};
 use serde::Serialize;
-use std::collections::VecDeque;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::{Component, Path, PathBuf};
 
 pub use parse::{GateInputError, MAX_SCRIPT_BYTES};
+
+/// Whether assigning a variable changes what later commands run: the
+/// policy's list (which `env_passthrough` refuses too), and variables a
+/// program reads a command or its options from that matter only on a
+/// command line: man's pager and options, systemd's pager, the browser
+/// `man -H` starts, perf's pager and the directory it runs its commands
+/// from. (`PAGER` and `GIT_PAGER` are in the policy's list.)
+pub fn is_dangerous_env(name: &str) -> bool {
+    crate::policy::is_dangerous_env(name)
+        || matches!(
+            name,
+            "MANPAGER" | "MANOPT" | "MANROFFOPT" | "SYSTEMD_PAGER" | "BROWSER" | "PERF_PAGER" | "PERF_EXEC_PATH"
+        )
+}
 
 /// Built-ins that change nothing outside the shell and need no rule.
 const HARMLESS_BUILTINS: &[&str] = &[
@@ -241,15 +261,12 @@ pub fn decide(policy: &Policy, input: Input<'_>, ctx: &Context) -> Result<Decisi
         })
         .flat_map(|args| args.iter().map(|w| w.lit().unwrap_or("*").to_string()))
         .collect();
-    // A variable declared an integer anywhere (`declare -i n`) evaluates
-    // what is assigned to it as arithmetic, assignments included
-    // (`n=PATH=4`); which variable an assignment reaches is not followed.
-    let integer_variables = units
-        .iter()
-        .any(|u| matches!(u, Unit::Command(s) if normalize::declares_integers(&s.words)));
+    // Every assignment of the script, wherever, for what arithmetic reads.
+    let mut variables = Variables::default();
+    variables.learn(&units);
     // Functions count from their definition on, as the units come in order.
     let mut g = Gate {
-        integer_variables,
+        variables,
         functions: Vec::new(),
         outer_functions: Vec::new(),
         unset_anywhere,
@@ -360,9 +377,8 @@ struct Gate<'a> {
     functions: Vec<String>,
     /// Names given to `unset` anywhere so far.
     unset_anywhere: Vec<String>,
-    /// The script declares an integer variable, so an assignment's value
-    /// may be evaluated as arithmetic.
-    integer_variables: bool,
+    /// What the script assigns to its variables, for arithmetic.
+    variables: Variables,
     /// The functions of the shells around the one being judged.
     outer_functions: Vec<Vec<String>>,
     /// The command being judged calls a function: by its bare name, not
@@ -375,6 +391,205 @@ struct Gate<'a> {
     out: Vec<Judged>,
     approvals: u32,
     preview: bool,
+}
+
+/// What a script assigns to its variables, wherever (in functions,
+/// branches, subshells, the scripts it hands `bash -c`), for arithmetic.
+///
+/// Bash evaluates a variable's value as arithmetic wherever arithmetic
+/// reads the variable (`((v))`, `$((v))`, `$(($v))`, `[[ v -eq 0 ]]`, a
+/// subscript, a substring offset, `let`), and again for each name in it:
+/// a value `a[$(cmd)]` runs cmd, `PATH=7` assigns PATH. Whether a value is
+/// such text cannot be told from how it was put together (`x=$;
+/// v="a[${x}(cmd)]"`, `v=$(<f)`, `v+=...`), so arithmetic may read only
+/// variables every assignment of the script gives an integer (a number,
+/// `$((...))`, a loop over numbers, arithmetic itself). A variable the
+/// script never assigns asks too: its value comes from the environment or
+/// from bash itself (`REPLY`, `OPTARG`, `_`, `BASH_REMATCH` are text the
+/// script put there by other means), which the gate does not see; only
+/// bash's own counters are numbers by construction.
+#[derive(Debug, Default)]
+struct Variables {
+    /// Every variable assigned, and whether every value it gets is a known integer.
+    assigned: HashMap<String, bool>,
+    /// Variables declared integers (`declare -i n`): bash evaluates what
+    /// is assigned to them as arithmetic.
+    integers: HashSet<String>,
+    /// A `declare -i` names a variable only known at run time: any may be one.
+    integer_unknown: bool,
+    /// Arrays declared associative (`declare -A m`), whose subscripts are strings.
+    associative: HashSet<String>,
+    /// Names declared otherwise somewhere (`local m`, `declare -a m`).
+    declared_otherwise: HashSet<String>,
+}
+
+impl Variables {
+    /// Bash's own variables that hold a number, whatever the script did
+    /// (unless it assigns them).
+    const NUMBERS_BY_BASH: &'static [&'static str] = &[
+        "RANDOM",
+        "SRANDOM",
+        "LINENO",
+        "SECONDS",
+        "BASHPID",
+        "PPID",
+        "UID",
+        "EUID",
+        "OPTIND",
+        "HISTCMD",
+        "EPOCHSECONDS",
+    ];
+    /// Variables bash fills with text (a line read, an option's value, the
+    /// last word of the previous command): never known integers.
+    const TEXT_BY_BASH: &'static [&'static str] = &[
+        "_",
+        "REPLY",
+        "OPTARG",
+        "MAPFILE",
+        "BASH_REMATCH",
+        "BASH_COMMAND",
+        "BASH_ARGV",
+        "BASH_ARGV0",
+        "BASH_EXECUTION_STRING",
+        "BASH_SOURCE",
+        "FUNCNAME",
+        "READLINE_LINE",
+        "COMP_LINE",
+        "COMP_WORDS",
+    ];
+
+    fn note(&mut self, name: &str, integer: bool) {
+        *self.assigned.entry(name.to_string()).or_insert(true) &= integer;
+    }
+
+    /// Learn every assignment among units about to be judged.
+    fn learn(&mut self, units: &[Unit]) {
+        for u in units {
+            match u {
+                Unit::Assigned { name, integer } => self.note(name, *integer),
+                Unit::Command(s) => self.learn_command(s),
+                _ => {}
+            }
+        }
+    }
+
+    fn learn_command(&mut self, s: &Simple) {
+        for (name, value) in &s.assignments {
+            self.note(name, parse::is_integer_word(value_text(value)));
+        }
+        let Some(prog) = s.words.first().and_then(Word::lit) else {
+            return;
+        };
+        match prog {
+            "declare" | "typeset" | "local" | "export" | "readonly" => {
+                let options = Self::declaration_options(&s.words);
+                for w in s.words.iter().skip(1).filter(|w| !w.display().starts_with(['-', '+'])) {
+                    let text = w.display();
+                    let name = Self::declared(text).map_or_else(|| name_of(text), |(n, _)| n);
+                    if let Some((_, value)) = Self::declared(text) {
+                        self.note(name, parse::is_integer_word(value));
+                    }
+                    if options.contains('i') {
+                        if w.lit().is_none() {
+                            self.integer_unknown = true;
+                        }
+                        self.integers.insert(name.to_string());
+                    }
+                    if prog != "export" && prog != "readonly" {
+                        if options.contains('A') {
+                            self.associative.insert(name.to_string());
+                        } else {
+                            self.declared_otherwise.insert(name.to_string());
+                        }
+                    }
+                }
+            }
+            "let" => {
+                for expr in s.words.iter().skip(1).filter_map(Word::lit) {
+                    for name in parse::arithmetic_names(expr).assigned {
+                        self.note(name, true);
+                    }
+                }
+            }
+            "unset" => {}
+            _ => {
+                for name in normalize::assigned_names(prog, &s.words) {
+                    self.note(&name, false);
+                }
+            }
+        }
+    }
+
+    /// The letters of a declaration's options (`-ix` gives `ix`).
+    fn declaration_options(words: &[Word]) -> String {
+        words
+            .iter()
+            .skip(1)
+            .filter_map(Word::lit)
+            .filter_map(|w| w.strip_prefix('-'))
+            .filter(|w| !w.starts_with('-'))
+            .collect()
+    }
+
+    /// `NAME=VALUE`, `NAME+=VALUE`, `NAME[i]=VALUE` in a declaration: the
+    /// name and the value as written.
+    fn declared(text: &str) -> Option<(&str, &str)> {
+        let (left, value) = text.split_once('=')?;
+        Some((name_of(left), value))
+    }
+
+    fn is_integer(&self, name: &str) -> bool {
+        self.integer_unknown || self.integers.contains(name)
+    }
+
+    fn is_associative(&self, array: &str) -> bool {
+        self.associative.contains(array) && !self.declared_otherwise.contains(array)
+    }
+
+    /// Whether a variable surely holds an integer when arithmetic reads it.
+    fn holds_an_integer(&self, name: &str) -> bool {
+        if Self::TEXT_BY_BASH.contains(&name) {
+            return false;
+        }
+        match self.assigned.get(name) {
+            Some(&integer) => integer,
+            None => Self::NUMBERS_BY_BASH.contains(&name),
+        }
+    }
+
+    /// Why arithmetic text may evaluate text the gate does not know: a
+    /// variable it reads that may hold any text, or a substitution.
+    fn arithmetic_reads_unknown(&self, expr: &str) -> Option<String> {
+        let names = parse::arithmetic_names(expr);
+        if let Some(unknown) = names.unknown {
+            return Some(format!(
+                "it holds {unknown}, as arithmetic in turn (a value `a[$(cmd)]` runs cmd, `PATH=7` assigns PATH)"
+            ));
+        }
+        let name = names.read.iter().find(|n| !self.holds_an_integer(n))?;
+        let whence = if self.assigned.contains_key(*name) {
+            "the script assigns it something other than an integer"
+        } else {
+            "the script never assigns it, so its value comes from elsewhere"
+        };
+        Some(format!(
+            "it reads `{name}`, whose value bash evaluates as arithmetic in turn (a value `a[$(cmd)]` runs cmd, `PATH=7` assigns PATH); {whence}"
+        ))
+    }
+}
+
+/// The text of an assigned value as written, for [`parse::is_integer_word`]
+/// (an assignment expands no braces: `v={1..3}` is that text).
+fn value_text(value: &Word) -> &str {
+    match value {
+        Word::Pattern(_) => "",
+        other => other.display(),
+    }
+}
+
+/// The variable's name in `NAME`, `NAME+`, `NAME[i]`.
+fn name_of(left: &str) -> &str {
+    left.split(['+', '[']).next().unwrap_or(left)
 }
 
 /// How well a rule's tokens match an argv.
@@ -434,6 +649,28 @@ impl Gate<'_> {
             Unit::EnterShell => self.outer_functions.push(std::mem::take(&mut self.functions)),
             Unit::LeaveShell => self.functions = self.outer_functions.pop().unwrap_or_default(),
             Unit::Command(s) => self.simple(s, queue),
+            Unit::Arithmetic {
+                expr,
+                how,
+                subscript_of,
+            } => {
+                if subscript_of.is_some_and(|array| self.variables.is_associative(&array)) {
+                    return; // its subscript is a string, no arithmetic
+                }
+                if let Some(why) = self.variables.arithmetic_reads_unknown(&expr) {
+                    self.push(expr, Verdict::Ask, format!("arithmetic in {how}: {why}"), "parser");
+                }
+            }
+            Unit::Assigned { name, integer } => {
+                if !integer && self.variables.is_integer(&name) {
+                    self.push(
+                        name.clone(),
+                        Verdict::Ask,
+                        format!("`{name}` is an integer variable, so bash evaluates what is assigned to it as arithmetic, and a loop or `${{{name}:=...}}` gives it text"),
+                        "assignment",
+                    );
+                }
+            }
         }
     }
 
@@ -452,9 +689,11 @@ impl Gate<'_> {
         // into the variables it sets; what later commands run is untouched.
         let reads_a_line =
             matches!(s.words.first(), Some(Word::Lit(w)) if w == "read") && !self.functions.iter().any(|f| f == "read");
-        self.integer_variables |= normalize::declares_integers(&s.words);
-        let values = s.assignments.iter().map(|(_, v)| v.display());
-        self.arithmetic_values(&shown, values);
+        for (name, value) in &s.assignments {
+            if self.variables.is_integer(name) {
+                self.integer_assignment(&shown, name, value);
+            }
+        }
         for (name, _) in &s.assignments {
             if is_dangerous_env(name) && !(name == "IFS" && reads_a_line) {
                 let how = if s.words.is_empty() {
@@ -570,6 +809,7 @@ impl Gate<'_> {
                     let script = code.iter().filter_map(Word::lit).collect::<Vec<_>>().join(" ");
                     let mut units = Vec::new();
                     parse::parse_nested(&script, "bash", depth + 1, cwd, &mut units);
+                    self.variables.learn(&units);
                     queue.extend(units);
                 }
                 self.push(shown, Verdict::Ask, format!("not understood: {why}"), "parser");
@@ -592,6 +832,81 @@ impl Gate<'_> {
                 }
             }
             let names = normalize::assigned_names(&prog.name, &words);
+            // `read n`, `printf -v n`, `mapfile n` of an integer `n`: text
+            // bash evaluates as arithmetic (`PATH=7` assigns PATH).
+            if !matches!(
+                prog.name.as_str(),
+                "unset" | "let" | "export" | "declare" | "typeset" | "local" | "readonly"
+            ) {
+                if let Some(n) = names.iter().find(|n| self.variables.is_integer(n)) {
+                    self.push(
+                        shown.clone(),
+                        Verdict::Ask,
+                        format!(
+                            "`{}` puts text the gate cannot see into `{n}`, an integer variable: bash evaluates it as arithmetic, which can assign PATH or run a subscript's substitution",
+                            prog.name
+                        ),
+                        "assignment",
+                    );
+                }
+            }
+            // A name with a subscript, where a built-in takes a variable's
+            // name (`unset 'a[i]'`, `read a[i]`, `test -v a[i]`): bash
+            // evaluates the subscript as arithmetic. (`printf -v a[i]` and
+            // `wait -p a[i]` are rare enough to be left to the name checks.)
+            let takes_names = matches!(
+                prog.name.as_str(),
+                "unset"
+                    | "read"
+                    | "mapfile"
+                    | "readarray"
+                    | "getopts"
+                    | "declare"
+                    | "typeset"
+                    | "local"
+                    | "export"
+                    | "readonly"
+            );
+            let tests_a_name = matches!(prog.name.as_str(), "test" | "[");
+            for (at, w) in words.iter().enumerate().skip(1) {
+                let (Word::Lit(text) | Word::Pattern(text)) = w else {
+                    continue;
+                };
+                if !(takes_names || (tests_a_name && words[at - 1].lit() == Some("-v"))) {
+                    continue;
+                }
+                let left = text.split_once('=').map_or(text.as_str(), |(l, _)| l);
+                let Some((array, subscript)) = left.split_once('[') else {
+                    continue;
+                };
+                let is_name = array.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+                    && array.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+                if !is_name || self.variables.is_associative(array) {
+                    continue;
+                }
+                let subscript = subscript.trim_end_matches('+').strip_suffix(']').unwrap_or(subscript);
+                if let Some(why) = self.variables.arithmetic_reads_unknown(subscript) {
+                    self.push(
+                        shown.clone(),
+                        Verdict::Ask,
+                        format!("arithmetic in the subscript of `{left}`: {why}"),
+                        "parser",
+                    );
+                }
+            }
+            // Each of `let`'s words is arithmetic.
+            if prog.name == "let" {
+                for expr in words.iter().skip(1).filter_map(Word::lit) {
+                    if let Some(why) = self.variables.arithmetic_reads_unknown(expr) {
+                        self.push(
+                            shown.clone(),
+                            Verdict::Ask,
+                            format!("`let` evaluates arithmetic: {why}"),
+                            "parser",
+                        );
+                    }
+                }
+            }
             if let Some(n) = names.iter().find(|n| is_dangerous_env(n)) {
                 self.push(
                     shown.clone(),
@@ -620,11 +935,20 @@ impl Gate<'_> {
                         "assignment",
                     );
                 }
-                let values = words
-                    .iter()
-                    .skip(1)
-                    .filter_map(|w| w.display().split_once('=').map(|(_, v)| v));
-                self.arithmetic_values(&shown, values);
+                // `declare -i n=VALUE`, `local n=VALUE` of an integer `n`.
+                let declares_integers = Variables::declaration_options(&words).contains('i');
+                for w in words.iter().skip(1).filter(|w| !w.display().starts_with(['-', '+'])) {
+                    let Some((name, value)) = Variables::declared(w.display()) else {
+                        continue;
+                    };
+                    if declares_integers || self.variables.is_integer(name) {
+                        let value = match w {
+                            Word::Lit(_) => Word::Lit(value.to_string()),
+                            _ => Word::Dynamic(value.to_string()),
+                        };
+                        self.integer_assignment(&shown, name, &value);
+                    }
+                }
                 if prog.name == "export" && words.iter().any(|w| w.lit() == Some("-f")) {
                     self.push(
                         shown.clone(),
@@ -712,6 +1036,7 @@ impl Gate<'_> {
                                     Word::Lit(script) => {
                                         let mut units = Vec::new();
                                         parse::parse_nested(script, strings.shell, depth + 1, cwd, &mut units);
+                                        self.variables.learn(&units);
                                         queue.extend(units);
                                     }
                                     other => self.push(
@@ -787,6 +1112,7 @@ impl Gate<'_> {
                         Word::Lit(script) => {
                             let mut units = Vec::new();
                             parse::parse_nested(script, &role, depth + 1, cwd, &mut units);
+                            self.variables.learn(&units);
                             queue.extend(units);
                         }
                         other => self.push(
@@ -809,6 +1135,7 @@ impl Gate<'_> {
                         let mut units = Vec::new();
                         // watch runs the text with `sh -c`.
                         parse::parse_nested(&script, "sh", depth + 1, cwd, &mut units);
+                        self.variables.learn(&units);
                         queue.extend(units);
                     } else {
                         self.push(
@@ -891,29 +1218,29 @@ impl Gate<'_> {
         }
     }
 
-    /// Values assigned where the script has integer variables: bash may
-    /// evaluate them as arithmetic, whose assignments to PATH and its kin
-    /// change what later commands run.
-    fn arithmetic_values<'v>(&mut self, shown: &str, values: impl Iterator<Item = &'v str>) {
-        if !self.integer_variables {
-            return;
-        }
-        for value in values {
-            // `$PATH`, `${PATH}` are expanded before, and assign nothing.
-            let expanded = |name: &str| {
-                let at = name.as_ptr() as usize - value.as_ptr() as usize;
-                value[..at].ends_with('$') || value[..at].ends_with("${")
-            };
-            let assignable = parse::identifiers(value).find(|n| is_dangerous_env(n) && !expanded(n));
-            if let Some(name) = assignable {
-                self.push(
-                    shown.to_string(),
-                    Verdict::Ask,
-                    format!("the script declares integer variables, whose assigned values bash evaluates as arithmetic; this value names {name}, which arithmetic can assign"),
-                    "assignment",
-                );
-                return;
+    /// A value assigned to an integer variable (`declare -i n`), which bash
+    /// evaluates as arithmetic: `n=PATH=7` assigns PATH, `n=v` evaluates
+    /// v's value in turn. Text only known at run time asks, unless it is a
+    /// number by construction (`$((...))`).
+    fn integer_assignment(&mut self, shown: &str, name: &str, value: &Word) {
+        let why = match value {
+            Word::Lit(text) | Word::Pattern(text) => {
+                let assigned = parse::arithmetic_names(text).assigned;
+                match assigned.iter().find(|n| is_dangerous_env(n)) {
+                    Some(danger) => Some(format!("assigns {danger}")),
+                    None => self.variables.arithmetic_reads_unknown(text),
+                }
             }
+            Word::Dynamic(raw) if parse::is_integer_word(raw) => None,
+            Word::Dynamic(raw) => Some(format!("is `{raw}`, only known at run time")),
+        };
+        if let Some(why) = why {
+            self.push(
+                shown.to_string(),
+                Verdict::Ask,
+                format!("`{name}` is an integer variable, so bash evaluates what is assigned to it as arithmetic, and this value {why}"),
+                "assignment",
+            );
         }
     }
 

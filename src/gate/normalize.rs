@@ -255,15 +255,14 @@ fn parse_options(
 
 /// `NAME=VALUE` words from `start` on, which set the environment of the
 /// command after them (`env X=1 cmd`, `sudo X=1 cmd`). The command starts
-/// after them; one that changes what programs run asks.
+/// after them; one that changes what programs run asks. Every word with an
+/// `=` counts, whatever precedes it: env and sudo take `=x` and `==x` as
+/// settings too, and run the command after them.
 fn after_assignments(words: &[Word], start: usize, who: &str) -> Unwrapped {
     let mut i = start;
     let mut ask = None;
-    while let Some((name, _)) = lit(words, i)
-        .and_then(|w| w.split_once('='))
-        .filter(|(n, _)| !n.is_empty())
-    {
-        if crate::policy::is_dangerous_env(name) && ask.is_none() {
+    while let Some((name, _)) = lit(words, i).and_then(|w| w.split_once('=')) {
+        if super::is_dangerous_env(name) && ask.is_none() {
             ask = Some(format!("`{who}` sets {name}, which changes what programs run"));
         }
         i += 1;
@@ -731,17 +730,28 @@ enum Opt {
     Refused,
 }
 
+/// How a program reads a value attached to a short option.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ShortValue {
+    /// getopt's way: the rest of the word, `=` included (`-c=x` is `=x`).
+    AsGiven,
+    /// clap's way: one `=` right after the letter is dropped (`-p='rm x'`
+    /// is `rm x`).
+    AfterEquals,
+}
+
 /// The command strings among a program's options (and, with
 /// `operands_are_strings`, its operands), as getopt reads them: a short
-/// option's value is the rest of its word or the next word, a long one's
-/// after `=` or the next word. Every word counts, not only those before the
-/// first operand: reading more is judging more.
+/// option's value is the rest of its word (read as `attached` says) or the
+/// next word, a long one's after `=` or the next word. Every word counts,
+/// not only those before the first operand: reading more is judging more.
 fn option_strings(
     words: &[Word],
     who: &str,
     short: impl Fn(char) -> Opt,
     long: impl Fn(&str) -> Opt,
     operands_are_strings: bool,
+    attached: ShortValue,
 ) -> Result<Vec<Word>, String> {
     let mut out = Vec::new();
     let mut i = 1;
@@ -773,7 +783,13 @@ fn option_strings(
                 match short(c) {
                     Opt::Flag => continue,
                     Opt::Refused => return refused(w),
-                    Opt::String if !rest.is_empty() => out.push(Word::Lit(rest.to_string())),
+                    Opt::String if !rest.is_empty() => {
+                        let value = match attached {
+                            ShortValue::AfterEquals => rest.strip_prefix('=').unwrap_or(rest),
+                            ShortValue::AsGiven => rest,
+                        };
+                        out.push(Word::Lit(value.to_string()))
+                    }
                     Opt::String => {
                         out.extend(words.get(i).cloned());
                         i += 1;
@@ -805,10 +821,17 @@ pub fn command_strings(prog: &str, words: &[Word]) -> Result<CommandStrings, Str
     match prog {
         // `flock LOCK -c COMMAND` (`-c` right after the lock file) runs it with $SHELL.
         "flock" => strings(
-            option_strings(words, prog, command_option, |n| match n {
-                "command" => Opt::String,
-                _ => Opt::Flag,
-            }, false)?,
+            option_strings(
+                words,
+                prog,
+                command_option,
+                |n| match n {
+                    "command" => Opt::String,
+                    _ => Opt::Flag,
+                },
+                false,
+                ShortValue::AsGiven,
+            )?,
             RUN_TIME_SHELL,
         ),
         // `script -c COMMAND` runs it with $SHELL; without one, an
@@ -818,8 +841,15 @@ pub fn command_strings(prog: &str, words: &[Word]) -> Result<CommandStrings, Str
                 words,
                 prog,
                 command_option,
-                |n| if abbreviates(n, &["command"]) { Opt::String } else { Opt::Flag },
+                |n| {
+                    if abbreviates(n, &["command"]) {
+                        Opt::String
+                    } else {
+                        Opt::Flag
+                    }
+                },
                 false,
+                ShortValue::AsGiven,
             )?;
             if scripts.is_empty() {
                 return Err("`script` without `-c` runs a shell that reads commands from its input".into());
@@ -848,11 +878,14 @@ pub fn command_strings(prog: &str, words: &[Word]) -> Result<CommandStrings, Str
                     }
                 },
                 false,
+                ShortValue::AsGiven,
             )?;
             // `runuser -u USER cmd args` runs a program and its arguments.
             let runs_argv = prog == "runuser" && words.iter().any(|w| w.lit() == Some("-u"));
             if scripts.is_empty() && !runs_argv {
-                return Err(format!("`{prog}` without `-c` starts a shell that reads commands from its input"));
+                return Err(format!(
+                    "`{prog}` without `-c` starts a shell that reads commands from its input"
+                ));
             }
             strings(scripts, RUN_TIME_SHELL)
         }
@@ -881,13 +914,53 @@ pub fn command_strings(prog: &str, words: &[Word]) -> Result<CommandStrings, Str
                 },
                 |n| match n {
                     "setup" | "prepare" | "cleanup" | "conclude" | "reference" => Opt::String,
-                    "warmup" | "min-runs" | "max-runs" | "runs" | "time-unit" | "command-name" | "style" | "sort"
-                    | "export-asciidoc" | "export-csv" | "export-json" | "export-markdown" | "export-orgmode"
-                    | "output" | "input" | "min-benchmarking-time" => Opt::Value,
+                    "warmup"
+                    | "min-runs"
+                    | "max-runs"
+                    | "runs"
+                    | "time-unit"
+                    | "command-name"
+                    | "style"
+                    | "sort"
+                    | "export-asciidoc"
+                    | "export-csv"
+                    | "export-json"
+                    | "export-markdown"
+                    | "export-orgmode"
+                    | "output"
+                    | "input"
+                    | "min-benchmarking-time" => Opt::Value,
                     "ignore-failure" | "show-output" | "help" | "version" => Opt::Flag,
                     _ => Opt::Refused,
                 },
                 true,
+                // clap reads `-p=CMD` as `-p CMD`.
+                ShortValue::AfterEquals,
+            )?;
+            strings(scripts, "sh")
+        }
+        // `perf stat --pre CMD`/`--post CMD` run CMD with `sh -c` (perf
+        // takes any unambiguous abbreviation of a long option); `--objdump`,
+        // `--addr2line` (report, annotate, top, ...) name a program it runs,
+        // `--exec-path` the directory its subcommands are run from. Its
+        // short options name no program: read as flags, a value they take
+        // is one more word the rules see.
+        "perf" => {
+            let scripts = option_strings(
+                words,
+                prog,
+                |_| Opt::Flag,
+                |n| {
+                    if abbreviates(n, &["objdump", "addr2line", "exec-path"]) {
+                        Opt::Refused
+                    } else if abbreviates(n, &["pre", "post"]) {
+                        Opt::String
+                    } else {
+                        Opt::Flag
+                    }
+                },
+                false,
+                ShortValue::AsGiven,
             )?;
             strings(scripts, "sh")
         }
@@ -895,22 +968,106 @@ pub fn command_strings(prog: &str, words: &[Word]) -> Result<CommandStrings, Str
             "`{prog}` fills its command in from its input and runs it with a shell"
         )),
         "newgrp" => Err("`newgrp` starts a shell that reads commands from its input".into()),
-        "tmux" => Err(
-            "`tmux` runs shell commands from its commands, its formats (`#(...)`), its configuration and the keys it is sent"
-                .into(),
-        ),
-        "entr" if words.iter().skip(1).any(|w| w.lit().is_none_or(|w| w.starts_with('-') && w.contains('s'))) => {
+        "tmux" => tmux_only_reads(words).map(|()| CommandStrings {
+            scripts: vec![],
+            shell: "sh",
+        }),
+        "entr"
+            if words
+                .iter()
+                .skip(1)
+                .any(|w| w.lit().is_none_or(|w| w.starts_with('-') && w.contains('s'))) =>
+        {
             Err("`entr -s` runs its command with $SHELL".into())
         }
-        "capsh" if words.iter().skip(1).any(|w| w.lit().is_none_or(|w| w == "--" || w.starts_with("--shell"))) => {
+        "capsh"
+            if words
+                .iter()
+                .skip(1)
+                .any(|w| w.lit().is_none_or(|w| w == "--" || w.starts_with("--shell"))) =>
+        {
             Err("`capsh --` runs a shell with the words that follow".into())
         }
         "vim" | "vi" | "nvim" | "ex" | "emacs" => Err(format!(
             "`{prog}` runs commands from its options, the files it edits and its input"
         )),
-        "expect" => expect_reads_a_file(words).map(|()| CommandStrings { scripts: vec![], shell: "sh" }),
-        "gdb" | "gdbtui" | "gdb-multiarch" => gdb_runs_no_commands(prog, words).map(|()| CommandStrings { scripts: vec![], shell: "sh" }),
+        "expect" => expect_reads_a_file(words).map(|()| CommandStrings {
+            scripts: vec![],
+            shell: "sh",
+        }),
+        "gdb" | "gdbtui" | "gdb-multiarch" => gdb_runs_no_commands(prog, words).map(|()| CommandStrings {
+            scripts: vec![],
+            shell: "sh",
+        }),
         _ => strings(vec![], "sh"),
+    }
+}
+
+/// `tmux ls`, `tmux list-windows`, `tmux display-message -p`, `tmux
+/// capture-pane -p`: commands that only report. Anything else asks: tmux
+/// runs shell commands from its commands (`new-window CMD`, `run-shell`,
+/// `if-shell`), its formats (`#(cmd)`, in `-F` and `display-message`
+/// too), its configuration (`-f`, or a server it starts) and the keys it
+/// sends; a `;` word chains another command.
+fn tmux_only_reads(words: &[Word]) -> Result<(), String> {
+    let why = |what: &str| {
+        Err(format!(
+            "`tmux` runs shell commands from its commands, formats (`#(...)`), configuration and keys; {what}"
+        ))
+    };
+    let mut i = 1;
+    // Its own options: flags, and `-L`/`-S`/`-T` with a value (`-f FILE`
+    // is a configuration, `-c CMD` a shell command).
+    while let Some(w) = words.get(i) {
+        let Some(w) = w.lit() else {
+            return why("a word is only known at run time");
+        };
+        if w == "--" {
+            i += 1;
+            break;
+        }
+        let Some(cluster) = w.strip_prefix('-').filter(|c| !c.is_empty()) else {
+            break;
+        };
+        let mut next = i + 1;
+        for (at, c) in cluster.char_indices() {
+            match c {
+                '2' | 'C' | 'D' | 'l' | 'N' | 'u' | 'v' => continue,
+                'L' | 'S' | 'T' => {
+                    if at + 1 == cluster.len() {
+                        next += 1;
+                    }
+                    break;
+                }
+                _ => return why(&format!("its option `{w}` is not one the gate lets through")),
+            }
+        }
+        i = next;
+    }
+    let rest: Vec<&str> = words[i.min(words.len())..].iter().filter_map(Word::lit).collect();
+    if rest.len() + i < words.len() {
+        return why("a word is only known at run time");
+    }
+    if rest.iter().any(|w| w.contains("#(") || w.ends_with(';')) {
+        return why("a format runs a command (`#(...)`) or a `;` chains another");
+    }
+    let Some((command, args)) = rest.split_first() else {
+        return why("without a command it starts a session");
+    };
+    let has_flag = |letter: char| {
+        args.iter()
+            .any(|a| a.starts_with('-') && !a.starts_with("--") && a[1..].contains(letter))
+    };
+    let reads = match *command {
+        "ls" | "list-sessions" | "lsw" | "list-windows" | "lsp" | "list-panes" | "lsc" | "list-clients" | "lsb"
+        | "list-buffers" | "lsk" | "list-keys" | "lscm" | "list-commands" | "has" | "has-session" => true,
+        "display" | "display-message" | "capturep" | "capture-pane" => has_flag('p'),
+        _ => false,
+    };
+    if reads {
+        Ok(())
+    } else {
+        why(&format!("`{command}` is not a command the gate knows to only report"))
     }
 }
 
@@ -1336,6 +1493,30 @@ pub fn runs_code_from_an_option(prog: &str, words: &[Word]) -> Option<String> {
             Some("`zip -TT` runs a command to test the archive".into())
         }
         "jobs" if has(&['x']) => Some("`jobs -x` runs a command".into()),
+        // A word only known at run time, quoted or not, may be any one
+        // option: `f=--filter; split $f="rm x" file`, `sort "$f"` with
+        // `f=--compress-program=rm` (getopt reads options after operands
+        // too). Quotes keep it one word, and one word is enough. Only a
+        // literal start that is no `-` (`./"$f"`), or `--` before it,
+        // makes it an operand.
+        "split" | "sort" | "sdiff" | "diff3" | "gpg" | "gpg2" if words.iter().skip(1).take_while(|w| w.lit() != Some("--")).any(may_be_an_option) => {
+            Some(format!(
+                "`{prog}` has a word only known at run time where an option that runs a program could be (`--` before the operands rules that out)"
+            ))
+        }
+        // man runs its pager (`-P`, `--pager`) and browser (`-H`, `--html`)
+        // on the terminal, and a configuration file (`-C`) may name either.
+        "man"
+            if words.iter().skip(1).any(|w| match w.lit() {
+                None => may_be_an_option(w),
+                Some(w) => match w.strip_prefix("--") {
+                    Some(long) => abbreviates(long.split('=').next().unwrap_or(""), &["pager", "html", "config-file"]),
+                    None => w.starts_with('-') && w[1..].contains(['P', 'H', 'C']),
+                },
+            }) =>
+        {
+            Some("`man` is given a pager, a browser or a configuration file, or a word only known at run time that may be one".into())
+        }
         // GNU long options that name a program to run, in any abbreviation.
         "split" if long_option_given(words, &["filter"]) => {
             Some("`split --filter` runs a command on each piece".into())
@@ -1389,6 +1570,45 @@ pub fn runs_code_from_an_option(prog: &str, words: &[Word]) -> Option<String> {
     }
 }
 
+/// Whether a word only known at run time could be an option: nothing
+/// literal starts it, or what does starts with `-`.
+fn may_be_an_option(word: &Word) -> bool {
+    match word {
+        Word::Lit(_) => false,
+        Word::Pattern(text) => {
+            let prefix: String = text.chars().take_while(|c| !"*?[{@!+".contains(*c)).collect();
+            prefix.is_empty() || prefix.starts_with('-')
+        }
+        Word::Dynamic(raw) => {
+            let prefix = literal_prefix(raw);
+            prefix.is_empty() || prefix.starts_with('-')
+        }
+    }
+}
+
+/// The literal text a word starts with, before its first expansion or
+/// glob, quotes removed (`./"$f"` starts with `./`, `"$f"` with nothing).
+fn literal_prefix(raw: &str) -> String {
+    let mut out = String::new();
+    let mut chars = raw.chars();
+    let (mut single, mut double) = (false, false);
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' if !double => single = !single,
+            _ if single => out.push(c),
+            '"' => double = !double,
+            '\\' => match chars.next() {
+                Some(e) => out.push(e),
+                None => break,
+            },
+            '$' | '`' => break,
+            '*' | '?' | '[' | '{' | '~' if !double => break,
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
 /// Whether one of the long `options` is given before `--`, in any
 /// abbreviation GNU getopt takes (`--compress-prog=sh`).
 fn long_option_given(words: &[Word], options: &[&str]) -> bool {
@@ -1426,7 +1646,9 @@ pub fn printf_assigns_unseen_text(words: &[Word]) -> Option<String> {
     }
     let format = words.get(i)?.lit()?; // one only known at run time asks as a name may
     let why = match printf_output(format, &words[i + 1..]) {
-        Ok(text) if super::parse::holds_a_substitution(&text) => "its value holds a command substitution".into(),
+        // Any `$` or backquote, not only a whole `$(`: text joined to the
+        // value later (`v+='(cmd)]'`) completes a substitution.
+        Ok(text) if text.contains(['$', '`']) => "its value holds a `$` or a backquote".into(),
         Ok(_) => return None,
         Err(why) => why,
     };
@@ -1437,8 +1659,8 @@ pub fn printf_assigns_unseen_text(words: &[Word]) -> Option<String> {
 
 /// The text printf makes of a format and its arguments, as far as it
 /// matters here: numbers stand as `0`. An error names what makes text the
-/// gate cannot know (an escape that makes any character, `%b`, `%q`, `%s`
-/// of a word only known at run time).
+/// gate cannot know (an escape that makes any character, `%b`, `%q`, `%c`,
+/// a precision, `%s` of a word only known at run time).
 fn printf_output(format: &str, args: &[Word]) -> Result<String, String> {
     let mut out = String::new();
     let mut next = 0;
@@ -1470,6 +1692,12 @@ fn printf_output(format: &str, args: &[Word]) -> Result<String, String> {
                 '%' => {
                     let mut conversion = chars.next();
                     while let Some(f) = conversion.filter(|f| "-+ #0'.123456789*".contains(*f)) {
+                        // A precision cuts text (`%.1s` of `$Z` is `$`) and
+                        // numbers (`%.0d` of 0 is nothing): what is left is
+                        // not what the gate would copy.
+                        if f == '.' {
+                            return Err("a precision in its format, which cuts what it converts".into());
+                        }
                         if f == '*' {
                             next += 1; // a width or precision taken from the arguments
                         }
@@ -1481,7 +1709,9 @@ fn printf_output(format: &str, args: &[Word]) -> Result<String, String> {
                             out.push('0');
                             next += 1;
                         }
-                        Some('s' | 'c') => out.push_str(&arg_text(&mut next)?),
+                        Some('s') => out.push_str(&arg_text(&mut next)?),
+                        // The first character of its argument, whatever it is.
+                        Some('c') => return Err("the conversion `%c`, which takes one character of a word".into()),
                         // `%(FORMAT)T`: a time, in a strftime format given literally.
                         Some('(') => {
                             let inner: String = chars.by_ref().take_while(|c| *c != ')').collect();
@@ -1777,17 +2007,6 @@ pub fn runtime_assigned_name<'a>(prog: &str, words: &'a [Word]) -> Option<&'a st
         }
     }
     None
-}
-
-/// `declare -i`, `typeset -ai`, `local -i`: a variable given the integer
-/// attribute.
-pub fn declares_integers(words: &[Word]) -> bool {
-    matches!(words.first().and_then(Word::lit), Some("declare" | "typeset" | "local"))
-        && words
-            .iter()
-            .skip(1)
-            .filter_map(Word::lit)
-            .any(|w| w.starts_with('-') && !w.starts_with("--") && w.contains('i'))
 }
 
 pub fn assigned_names(prog: &str, words: &[Word]) -> Vec<String> {

@@ -117,6 +117,23 @@ pub enum Unit {
         name: String,
         how: String,
     },
+    /// Text bash evaluates as arithmetic: every variable it reads must be
+    /// known to hold an integer (see [`arithmetic_names`]).
+    Arithmetic {
+        expr: String,
+        /// Where it is, in words (`((...))`, a subscript, ...).
+        how: String,
+        /// The array whose subscript it is (`a` for `${a[i]}`, `a[i]=x`):
+        /// an associative array's subscript is no arithmetic.
+        subscript_of: Option<String>,
+    },
+    /// A variable assigned outside a simple command's words: a loop
+    /// variable, `${v:=...}`, arithmetic (`((n=1))`, always an integer).
+    Assigned {
+        name: String,
+        /// Whether every value it gets here is a known integer.
+        integer: bool,
+    },
 }
 
 /// Error for input the gate refuses to analyse at all.
@@ -317,8 +334,15 @@ impl Walker {
             ast::ExtendedTestExpr::Not(a) | ast::ExtendedTestExpr::Parenthesized(a) => {
                 self.extended_test(a, depth, cwd)
             }
-            ast::ExtendedTestExpr::UnaryTest(_, w) => {
+            ast::ExtendedTestExpr::UnaryTest(op, w) => {
                 self.word(&w.value, depth, cwd);
+                // `[[ -v a[i] ]]` evaluates the subscript as arithmetic.
+                if matches!(op, ast::UnaryPredicate::ShellVariableIsSetAndAssigned) {
+                    if let Some((array, subscript)) = w.value.split_once('[') {
+                        let subscript = subscript.strip_suffix(']').unwrap_or(subscript);
+                        self.arithmetic_text(subscript, "a subscript in `[[ -v ... ]]`", Some(array));
+                    }
+                }
             }
             ast::ExtendedTestExpr::BinaryTest(op, a, b) => {
                 self.word(&a.value, depth, cwd);
@@ -336,7 +360,7 @@ impl Walker {
                         | P::ArithmeticGreaterThanOrEqualTo
                 ) {
                     for operand in [a, b] {
-                        self.arithmetic_assignments(&operand.value, "arithmetic in `[[ ... ]]`");
+                        self.arithmetic_text(&operand.value, "an operand of `[[ ... -eq ... ]]`", None);
                     }
                 }
             }
@@ -373,12 +397,22 @@ impl Walker {
                 self.compound_list(&s.list, depth, &mut own);
             }
             ast::CompoundCommand::ForClause(f) => {
-                if crate::policy::is_dangerous_env(&f.variable_name) {
+                if super::is_dangerous_env(&f.variable_name) {
                     self.units.push(Unit::DangerousAssignment {
                         name: f.variable_name.clone(),
                         how: "for loop variable".into(),
                     });
                 }
+                // `for i in 1 2 3`, `for i in {1..10}`: an integer each time;
+                // without `in`, the positional parameters.
+                let integer = f
+                    .values
+                    .as_ref()
+                    .is_some_and(|values| values.iter().all(|v| is_integer_word(&v.value)));
+                self.units.push(Unit::Assigned {
+                    name: f.variable_name.clone(),
+                    integer,
+                });
                 for v in f.values.iter().flatten() {
                     self.word(&v.value, depth, cwd);
                 }
@@ -427,7 +461,7 @@ impl Walker {
                 // `coproc NAME cmd` sets the array NAME to the coprocess's
                 // descriptors (`coproc PATH { :; }` makes PATH a number).
                 if let Some(name) = c.name.as_ref().map(|n| n.value.as_str()) {
-                    if crate::policy::is_dangerous_env(name) {
+                    if super::is_dangerous_env(name) {
                         self.units.push(Unit::DangerousAssignment {
                             name: name.to_string(),
                             how: "`coproc NAME`".into(),
@@ -440,19 +474,42 @@ impl Walker {
         }
     }
 
-    /// Arithmetic assigns too (`((PATH=1))`, `((BASH_CMDS[ls]=1))`):
-    /// naming a variable that changes what runs is enough to ask.
-    fn arithmetic_assignments(&mut self, expr: &str, how: &str) {
-        if let Some(name) = identifiers(expr).find(|n| crate::policy::is_dangerous_env(n)) {
+    /// Text bash evaluates as arithmetic. It assigns too (`((PATH=1))`,
+    /// `((BASH_CMDS[ls]=1))`): a variable that changes what runs asks, and
+    /// every variable it assigns gets an integer. What it reads is judged
+    /// by the gate, which knows every assignment of the script.
+    fn arithmetic_text(&mut self, expr: &str, how: &str, subscript_of: Option<&str>) {
+        let names = arithmetic_names(expr);
+        if let Some(name) = names.assigned.iter().find(|n| super::is_dangerous_env(n)) {
             self.units.push(Unit::DangerousAssignment {
                 name: name.to_string(),
-                how: how.into(),
+                how: format!("arithmetic in {how}"),
             });
         }
+        for name in names.assigned {
+            self.units.push(Unit::Assigned {
+                name: name.to_string(),
+                integer: true,
+            });
+        }
+        self.units.push(Unit::Arithmetic {
+            expr: expr.to_string(),
+            how: how.to_string(),
+            subscript_of: subscript_of.map(str::to_string),
+        });
     }
 
     fn arithmetic(&mut self, expr: &str, depth: usize, cwd: &Cwd) {
-        self.arithmetic_assignments(expr, "arithmetic");
+        self.arithmetic_in(expr, "`((...))` or `$((...))`", None, depth, cwd);
+    }
+
+    /// The subscript of an array element assigned (`a[i]=x`).
+    fn arithmetic_subscript(&mut self, expr: &str, array: &str, depth: usize, cwd: &Cwd) {
+        self.arithmetic_in(expr, "an array subscript", Some(array), depth, cwd);
+    }
+
+    fn arithmetic_in(&mut self, expr: &str, how: &str, subscript_of: Option<&str>, depth: usize, cwd: &Cwd) {
+        self.arithmetic_text(expr, how, subscript_of);
         // Two operands side by side (`rm victim`) are no arithmetic: bash runs
         // `((rm victim) )` as two nested subshells, where the parser saw an
         // arithmetic command ending at `) )`.
@@ -688,7 +745,7 @@ impl Walker {
                         ast::AssignmentName::VariableName(n) => n.clone(),
                         ast::AssignmentName::ArrayElementName(n, idx) => {
                             self.bash_only("an array element assignment", &raw.value);
-                            self.arithmetic(idx, depth, cwd);
+                            self.arithmetic_subscript(idx, n, depth, cwd);
                             n.clone()
                         }
                     };
@@ -859,14 +916,19 @@ impl Walker {
                 WordPiece::TildeExpansion(_) => *dynamic = true,
                 WordPiece::ParameterExpansion(pe) => {
                     *dynamic = true;
-                    use brush_parser::word::{ParameterExpr as Pe, ParameterTransformOp as Op};
+                    use brush_parser::word::{Parameter, ParameterExpr as Pe, ParameterTransformOp as Op};
                     if parameter_of(pe).is_none_or(|(_, indirect)| indirect) {
                         self.bash_only("indirect expansion `${!...}`", &format!("{pe:?}"));
                     }
                     // A subscript and a substring's offset and length are
                     // arithmetic, assignments included (`${a[PATH=3]}`).
-                    for expr in parameter_arithmetic(pe) {
-                        self.arithmetic_assignments(expr, "arithmetic in `${...}`");
+                    for (expr, array) in parameter_arithmetic(pe) {
+                        let how = if array.is_some() {
+                            "an array subscript"
+                        } else {
+                            "a substring offset or length"
+                        };
+                        self.arithmetic_text(expr, how, array);
                     }
                     match pe {
                         // `${x@P}` expands the value as a prompt: substitutions in it run.
@@ -884,12 +946,18 @@ impl Walker {
                         ),
                         // `${PATH:=dir}` assigns as it expands.
                         Pe::AssignDefaultValues { parameter, .. } => {
+                            if let Parameter::Named(name) | Parameter::NamedWithIndex { name, .. } = parameter {
+                                self.units.push(Unit::Assigned {
+                                    name: name.clone(),
+                                    integer: false,
+                                });
+                            }
                             // The name, however the parameter is shaped
                             // (`Named("PATH")`, `NamedWithIndex { name: "BASH_CMDS", .. }`):
                             // every quoted string in its description.
                             let described = format!("{parameter:?}");
                             let names: Vec<&str> = described.split('"').skip(1).step_by(2).collect();
-                            if let Some(name) = names.iter().find(|n| crate::policy::is_dangerous_env(n)) {
+                            if let Some(name) = names.iter().find(|n| super::is_dangerous_env(n)) {
                                 self.units.push(Unit::DangerousAssignment {
                                     name: name.to_string(),
                                     how: "`${NAME:=...}` expansion".into(),
@@ -1294,15 +1362,19 @@ fn parameter_of(pe: &brush_parser::word::ParameterExpr) -> Option<(&brush_parser
 
 /// The arithmetic texts bash evaluates in a parameter expansion: an array
 /// subscript (`${a[i+1]}`), a substring's offset and length (`${a:n:2}`).
-fn parameter_arithmetic(pe: &brush_parser::word::ParameterExpr) -> Vec<&str> {
+/// Each with the array whose subscript it is.
+fn parameter_arithmetic(pe: &brush_parser::word::ParameterExpr) -> Vec<(&str, Option<&str>)> {
     use brush_parser::word::{Parameter, ParameterExpr as Pe};
     let mut arithmetic = Vec::new();
-    if let Some((Parameter::NamedWithIndex { index, .. }, _)) = parameter_of(pe) {
-        arithmetic.push(index.as_str());
+    if let Some((Parameter::NamedWithIndex { name, index }, _)) = parameter_of(pe) {
+        // `${a[@]}`, `${a[*]}`: every element, no arithmetic.
+        if !matches!(index.as_str(), "@" | "*") {
+            arithmetic.push((index.as_str(), Some(name.as_str())));
+        }
     }
     if let Pe::Substring { offset, length, .. } = pe {
-        arithmetic.push(offset.value.as_str());
-        arithmetic.extend(length.as_ref().map(|l| l.value.as_str()));
+        arithmetic.push((offset.value.as_str(), None));
+        arithmetic.extend(length.as_ref().map(|l| (l.value.as_str(), None)));
     }
     arithmetic
 }
@@ -1460,6 +1532,221 @@ fn has_old_arithmetic(raw: &str) -> bool {
         }
     }
     false
+}
+
+/// Whether a word, as written, is an integer whatever runs: a literal
+/// number (`5`, `-1`, `0x1f`), a brace range of them (`{1..10}`, in a
+/// `for` list, where braces expand), `$((...))`, `${#x}`, `$#`, `$?`, `$$`, `$!`.
+pub fn is_integer_word(raw: &str) -> bool {
+    let raw = raw
+        .strip_prefix('"')
+        .and_then(|r| r.strip_suffix('"'))
+        .or_else(|| raw.strip_prefix('\'').and_then(|r| r.strip_suffix('\'')))
+        .unwrap_or(raw);
+    if is_integer_literal(raw) || matches!(raw, "$#" | "$?" | "$$" | "$!" | "${#}") {
+        return true;
+    }
+    if let Some(range) = raw.strip_prefix('{').and_then(|r| r.strip_suffix('}')) {
+        let parts: Vec<&str> = range.split("..").collect();
+        return (2..=3).contains(&parts.len()) && parts.iter().all(|p| is_integer_literal(p));
+    }
+    if let Some(name) = raw.strip_prefix("${#").and_then(|r| r.strip_suffix('}')) {
+        // A length, whatever its subscript (judged where it is parsed).
+        return name
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'[' | b']' | b'@' | b'*'));
+    }
+    // One `$((...))` and nothing else: it closes at the very end.
+    raw.strip_prefix("$((").is_some_and(|_| {
+        is_arithmetic_expansion(&raw[2..]) && {
+            let mut depth = 0usize;
+            let mut end = None;
+            for (j, c) in raw.bytes().enumerate().skip(1) {
+                match c {
+                    b'(' => depth += 1,
+                    b')' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            end = Some(j);
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            end == Some(raw.len() - 1)
+        }
+    })
+}
+
+/// `5`, `-1`, `+3`, `0x1f`: a number, with no name in it.
+pub fn is_integer_literal(text: &str) -> bool {
+    let digits = text.strip_prefix(['-', '+']).unwrap_or(text);
+    match digits.strip_prefix("0x").or_else(|| digits.strip_prefix("0X")) {
+        Some(hex) => !hex.is_empty() && hex.bytes().all(|c| c.is_ascii_hexdigit()),
+        None => !digits.is_empty() && digits.bytes().all(|c| c.is_ascii_digit()),
+    }
+}
+
+/// What an arithmetic expression does with the variables it names, as bash
+/// evaluates it: the text is expanded first (`$v`, `${v}`, `$(cmd)`), and
+/// every name left in it is read as a variable whose value is evaluated as
+/// arithmetic in turn (so a value `a[$(cmd)]` runs cmd, `PATH=7` assigns
+/// PATH), unless the name is only assigned to (`n = 1`).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct ArithmeticNames<'a> {
+    /// Variables whose values the expression evaluates (as `$v` or `v`).
+    pub read: Vec<&'a str>,
+    /// Variables it assigns (`n = 1`, `n += 1`, `n++`, `a[i] = 1`).
+    pub assigned: Vec<&'a str>,
+    /// Text in it whose value the gate cannot know: a command
+    /// substitution's output, a positional parameter, `$@`, `${!x}`.
+    pub unknown: Option<String>,
+}
+
+/// The variables an arithmetic expression reads and assigns; see
+/// [`ArithmeticNames`]. Quotes are ignored (bash removes double quotes in
+/// arithmetic); what follows a name inside `${...}` (`${x:-PATH=1}`) is read
+/// as more arithmetic, which may only over-count.
+pub fn arithmetic_names(expr: &str) -> ArithmeticNames<'_> {
+    let b = expr.as_bytes();
+    let mut out = ArithmeticNames::default();
+    let ident_len = |from: usize| {
+        b[from..]
+            .iter()
+            .take_while(|c| c.is_ascii_alphanumeric() || **c == b'_')
+            .count()
+    };
+    let is_ident_start = |c: u8| c.is_ascii_alphabetic() || c == b'_';
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        if c == b'`' {
+            out.unknown
+                .get_or_insert_with(|| "a backquoted command substitution, whose output bash evaluates".into());
+            i += 1;
+            continue;
+        }
+        if c == b'$' {
+            let next = b.get(i + 1).copied();
+            match next {
+                Some(b'(') if is_arithmetic_expansion(&expr[i + 2..]) => i += 3, // its text is arithmetic too
+                Some(b'(') => {
+                    out.unknown
+                        .get_or_insert_with(|| "a command substitution, whose output bash evaluates".into());
+                    i += 2;
+                }
+                Some(b'[') => {
+                    // `$[...]`, arithmetic as well (asked about where it is parsed).
+                    i += 2;
+                }
+                Some(b'{') => {
+                    let j = i + 2;
+                    match b.get(j).copied() {
+                        // `${#x}`, `${#a[@]}`, `${#}`: a length, a number.
+                        Some(b'#') if b.get(j + 1).is_some_and(|n| is_ident_start(*n)) => {
+                            i = j + 1 + ident_len(j + 1);
+                        }
+                        Some(b'#' | b'?' | b'$') if b.get(j + 1) == Some(&b'}') => i = j + 2,
+                        Some(n) if is_ident_start(n) => {
+                            let len = ident_len(j);
+                            out.read.push(&expr[j..j + len]);
+                            i = j + len;
+                        }
+                        _ => {
+                            out.unknown.get_or_insert_with(|| {
+                                format!(
+                                    "`{}`, a parameter whose value the gate cannot know",
+                                    &expr[i..(i + 4).min(expr.len())]
+                                )
+                            });
+                            i = j;
+                        }
+                    }
+                }
+                Some(n) if is_ident_start(n) => {
+                    let len = ident_len(i + 1);
+                    out.read.push(&expr[i + 1..i + 1 + len]);
+                    i += 1 + len;
+                }
+                // `$#`, `$?`, `$$`, `$!`: numbers by construction.
+                Some(b'#' | b'?' | b'$' | b'!') => i += 2,
+                Some(n) if n.is_ascii_digit() || matches!(n, b'@' | b'*' | b'-') => {
+                    out.unknown.get_or_insert_with(|| {
+                        format!("`${}`, a parameter whose value the gate cannot know", n as char)
+                    });
+                    i += 2;
+                }
+                _ => i += 1,
+            }
+            continue;
+        }
+        if c.is_ascii_digit() {
+            // A number, in any base (`16#ff`, `0x1f`, `64#a@_`).
+            i += b[i..]
+                .iter()
+                .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'#' | b'@'))
+                .count();
+            continue;
+        }
+        if !is_ident_start(c) {
+            i += 1;
+            continue;
+        }
+        let len = ident_len(i);
+        let name = &expr[i..i + len];
+        // After the name, and its subscript if any: the operator.
+        let mut k = i + len;
+        if b.get(k) == Some(&b'[') {
+            let mut depth = 0usize;
+            while k < b.len() {
+                match b[k] {
+                    b'[' => depth += 1,
+                    b']' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            k += 1;
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+                k += 1;
+            }
+        }
+        while b.get(k).is_some_and(u8::is_ascii_whitespace) {
+            k += 1;
+        }
+        let rest = &b[k.min(b.len())..];
+        let plain_assignment = rest.first() == Some(&b'=') && rest.get(1) != Some(&b'=');
+        let compound = [
+            &b"+="[..],
+            b"-=",
+            b"*=",
+            b"/=",
+            b"%=",
+            b"<<=",
+            b">>=",
+            b"&=",
+            b"^=",
+            b"|=",
+            b"++",
+            b"--",
+        ]
+        .iter()
+        .any(|op| rest.starts_with(op));
+        let before = expr[..i].trim_end();
+        let prefixed = before.ends_with("++") || before.ends_with("--");
+        if plain_assignment || compound || prefixed {
+            out.assigned.push(name);
+        }
+        // `n = 1` only assigns; `n += 1`, `n++` read the old value too.
+        if !plain_assignment {
+            out.read.push(name);
+        }
+        i += len; // a subscript is scanned as arithmetic of its own
+    }
+    out
 }
 
 /// The names in an arithmetic expression (or anything else): runs of
