@@ -87,17 +87,10 @@ use std::path::{Component, Path, PathBuf};
 pub use parse::{GateInputError, MAX_SCRIPT_BYTES};
 
 /// Whether assigning a variable changes what later commands run: the
-/// policy's list (which `env_passthrough` refuses too), and variables a
-/// program reads a command or its options from that matter only on a
-/// command line: man's pager and options, systemd's pager, the browser
-/// `man -H` starts, perf's pager and the directory it runs its commands
-/// from. (`PAGER` and `GIT_PAGER` are in the policy's list.)
+/// policy's list, which `env_passthrough` refuses too (pagers, man's and
+/// perf's among them).
 pub fn is_dangerous_env(name: &str) -> bool {
     crate::policy::is_dangerous_env(name)
-        || matches!(
-            name,
-            "MANPAGER" | "MANOPT" | "MANROFFOPT" | "SYSTEMD_PAGER" | "BROWSER" | "PERF_PAGER" | "PERF_EXEC_PATH"
-        )
 }
 
 /// Built-ins that change nothing outside the shell and need no rule.
