@@ -3433,8 +3433,10 @@ fn a_repository_another_run_made_meanwhile_is_not_this_runs_to_configure() {
         marker.display()
     );
     let b_script = format!(
-        ": > b-started; while [ ! -e sub/.git/DONE ]; do sleep 0.02; done; {plant} && echo WROTE; : > tried; \
-         while [ ! -e go ]; do sleep 0.02; done"
+        ": > b-started; while [ ! -e sub/.git/DONE ]; do sleep 0.02; done; {plant} && echo WROTE; \
+         git init -q own && git -C own config core.fsmonitor 'touch {m}; false' && mv sub/.git sub/old && \
+         mv own/.git sub/.git && echo SWAPPED; : > tried; while [ ! -e go ]; do sleep 0.02; done",
+        m = marker.display()
     );
     let b = w
         .command(&["run", "-c", &b_script])
@@ -3458,6 +3460,7 @@ fn a_repository_another_run_made_meanwhile_is_not_this_runs_to_configure() {
     std::fs::write(w.ws.join("go"), "").unwrap();
     let b = b.wait_with_output().unwrap();
     assert!(!stdout(&b).contains("WROTE"), "{}", text(&b));
+    assert!(!stdout(&b).contains("SWAPPED"), "{}", text(&b));
     assert_eq!(b.status.code(), Some(77), "{}", text(&b));
     assert!(
         text(&b).contains("a git directory this run did not make"),
@@ -3465,6 +3468,9 @@ fn a_repository_another_run_made_meanwhile_is_not_this_runs_to_configure() {
         text(&b)
     );
     // Control: the same `config` written on the host is obeyed at once.
+    if exists(&w.ws.join("sub/old")) && !exists(&w.ws.join("sub/.git")) {
+        std::fs::rename(w.ws.join("sub/old"), w.ws.join("sub/.git")).unwrap();
+    }
     let c = w.control(&plant);
     assert!(c.status.success(), "control: {}", text(&c));
     host_git_status(&w);
@@ -3519,9 +3525,17 @@ fn git_never_hangs_on_what_a_run_leaves(script: &str, why: &str, planted: &[&str
 fn a_fifo_git_reads_in_the_work_tree_is_never_made() {
     git_never_hangs_on_what_a_run_leaves(
         "mkdir -p d && mkfifo .gitignore; mkfifo x && mv x .mailmap; mkfifo y && ln y d/.gitattributes; \
-         mkfifo z && python3 -c 'import os; os.rename(\"z\", \"d/.gitmodules\")'; echo DONE",
-        "a FIFO by a name git reads in a work tree",
-        &[".gitignore", ".mailmap", "d/.gitattributes", "d/.gitmodules"],
+         mkfifo z && python3 -c 'import os; os.rename(\"z\", \"d/.gitmodules\")'; \
+         mkdir -p e/.git/objects e/.git/refs && mkfifo e/.git/HEAD; mkdir -p f && mkfifo f/.git; echo DONE",
+        "a FIFO where git reads",
+        &[
+            ".gitignore",
+            ".mailmap",
+            "d/.gitattributes",
+            "d/.gitmodules",
+            "e/.git/HEAD",
+            "f/.git",
+        ],
         "mkfifo .gitignore && echo DONE",
     );
 }

@@ -139,12 +139,15 @@ pub struct CreateGuard {
 /// (Symlinks are no matter: git opens these without following one.)
 pub const READ_BY_GIT_IN_WORK_TREE: [&str; 4] = [".gitignore", ".gitattributes", ".mailmap", ".gitmodules"];
 
-/// Whether a FIFO may not take `name` (see [`READ_BY_GIT_IN_WORK_TREE`]).
-pub fn fifo_refused(name: &[u8]) -> Option<&'static str> {
-    READ_BY_GIT_IN_WORK_TREE
-        .iter()
-        .any(|n| n.as_bytes() == name)
-        .then_some("a FIFO by a name git reads in a work tree (`.gitignore`, `.gitattributes`, `.mailmap`, `.gitmodules`) hangs the person's git")
+/// Whether a FIFO may not take `name` in a directory (`in_git_dir`: one
+/// that is, or lies in, a git directory: a `.git`, a `*.git` or a folder
+/// holding `HEAD`): by a name git reads in a work tree (see
+/// [`READ_BY_GIT_IN_WORK_TREE`]), as a `.git` or a `HEAD` (git reads
+/// `X/.git/HEAD` of every untracked folder `X` it looks at, and a `.git`
+/// file for where it points), or anywhere in a git directory.
+pub fn fifo_refused(name: &[u8], in_git_dir: bool) -> Option<&'static str> {
+    (in_git_dir || name == b".git" || name == b"HEAD" || READ_BY_GIT_IN_WORK_TREE.iter().any(|n| n.as_bytes() == name))
+        .then_some("a FIFO where git reads (`.gitignore`, `.gitattributes`, `.mailmap`, `.gitmodules`, a `.git`, a `HEAD`, anything in a git directory) hangs the person's git")
 }
 
 impl CreateGuard {
@@ -209,6 +212,16 @@ impl CreateGuard {
         if n == b".git" && making != Making::Directory && parent == self.workspace {
             return Some(
                 "a `.git` that is a file or a symlink, or a directory moved into place, makes git obey a configuration nobody checked",
+            );
+        }
+        // Below the top too, a `.git` is made, never moved in: a git
+        // directory this run made and configured, moved over a repository
+        // whose gitlink another run landed meanwhile, would be obeyed by the
+        // host's `git status` while this run lasts (git makes its own with
+        // `mkdir`).
+        if n == b".git" && making == Making::MovedDirectory {
+            return Some(
+                "a directory moved into place as a `.git` makes git obey a configuration nobody checked (git makes a `.git` itself)",
             );
         }
         if control && parent == top_git {

@@ -1660,10 +1660,11 @@ impl Planner<'_> {
                 ("creates", &mut self.out.added)
             };
             list.push(shown);
+            // (In a git directory, `lands_in_git_dir` refuses it.)
             let fifo = m
                 .file_type()
                 .is_fifo()
-                .then(|| crate::sandbox::plan::fifo_refused(name.as_bytes()))
+                .then(|| crate::sandbox::plan::fifo_refused(name.as_bytes(), false))
                 .flatten();
             if let Some(why) = fifo {
                 self.out

@@ -954,7 +954,14 @@ impl Guard {
     /// A FIFO may not take a name git reads in a work tree (see
     /// `plan::fifo_refused`).
     fn refuse_fifo(&mut self, place: &Place) -> Result<(), Errno> {
-        match crate::sandbox::plan::fifo_refused(&place.name) {
+        let in_git_dir = identity_at(&place.dir, c"HEAD").is_some()
+            || dir_path(&place.dir).is_some_and(|p| {
+                p.strip_prefix(&self.guard.workspace).is_ok_and(|r| {
+                    r.iter()
+                        .any(|c| c.as_bytes() == b".git" || c.as_bytes().ends_with(b".git"))
+                })
+            });
+        match crate::sandbox::plan::fifo_refused(&place.name, in_git_dir) {
             Some(why) => {
                 let name = OsStr::from_bytes(&place.name).to_owned();
                 self.refused(place, &name, why);
