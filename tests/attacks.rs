@@ -3417,6 +3417,108 @@ fn hooks_a_configuration_names_in_the_workspace_are_protected() {
     assert!(exists(&w.outside.join("hook-ran")), "control: the hook ran");
 }
 
+/// A relative `core.hooksPath` is taken from the top of each work tree:
+/// a submodule's (its git directory under `.git/modules`) and a linked
+/// worktree's (under `.git/worktrees`) are protected as the top's is.
+#[test]
+fn relative_hooks_of_submodules_and_linked_worktrees_are_protected() {
+    let setup = || {
+        let w = World::new();
+        committed_repository(&w);
+        let src = w.outside.join("src");
+        std::fs::create_dir(&src).unwrap();
+        for args in [
+            &["init", "-q"][..],
+            &[
+                "-c",
+                "user.email=t@t",
+                "-c",
+                "user.name=t",
+                "commit",
+                "-q",
+                "--allow-empty",
+                "-m",
+                "s",
+            ],
+        ] {
+            assert!(Command::new("git")
+                .args(args)
+                .current_dir(&src)
+                .status()
+                .unwrap()
+                .success());
+        }
+        host_git(
+            &w,
+            &[
+                "-c",
+                "protocol.file.allow=always",
+                "submodule",
+                "add",
+                "-q",
+                src.to_str().unwrap(),
+                "sub",
+            ],
+        );
+        host_git(&w, &["-C", "sub", "config", "core.hooksPath", ".githooks"]);
+        host_git(&w, &["commit", "-qm", "submodule"]);
+        host_git(&w, &["worktree", "add", "-q", "wt"]);
+        host_git(&w, &["config", "core.hooksPath", ".husky/_"]);
+        w
+    };
+    let plant = |w: &World| {
+        let hook = |dir: &str| {
+            format!(
+                "mkdir -p {dir} && printf '#!/bin/sh\\ntouch {}\\n' > {dir}/pre-commit && chmod +x {dir}/pre-commit && echo PLANTED-{dir}",
+                w.outside.join("hook-ran").display()
+            )
+        };
+        format!("{}; {}; true", hook("sub/.githooks"), hook("wt/.husky/_"))
+    };
+    let commits = |w: &World| {
+        for tree in ["sub", "wt"] {
+            let _ = Command::new("git")
+                .args([
+                    "-c",
+                    "user.email=t@t",
+                    "-c",
+                    "user.name=t",
+                    "commit",
+                    "-q",
+                    "--allow-empty",
+                    "-m",
+                    "person",
+                ])
+                .current_dir(w.ws.join(tree))
+                .output();
+        }
+    };
+    let w = setup();
+    let o = w.run(&plant(&w));
+    assert!(!stdout(&o).contains("PLANTED"), "{}", text(&o));
+    assert!(
+        text(&o).contains("Read-only file system") || text(&o).contains("core.hooksPath"),
+        "{}",
+        text(&o)
+    );
+    commits(&w);
+    assert!(
+        !exists(&w.outside.join("hook-ran")),
+        "the person's commit ran the run's hook: {}",
+        text(&o)
+    );
+    // Control: without the sandbox, both hooks run on the person's commits.
+    let w = setup();
+    let c = w.control(&plant(&w));
+    assert!(
+        stdout(&c).contains("PLANTED-sub/.githooks") && stdout(&c).contains("PLANTED-wt/.husky/_"),
+        "control: {}",
+        text(&c)
+    );
+    commits(&w);
+    assert!(exists(&w.outside.join("hook-ran")), "control: the hooks ran");
+}
+
 /// Two runs in one workspace: run A makes a repository below and lands its
 /// gitlink in the index while run B lasts. B's plan could not know that
 /// repository, yet the host's `git status` at the top now recurses into it:

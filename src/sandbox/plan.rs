@@ -187,13 +187,13 @@ impl CreateGuard {
             let at = parent.join(name);
             if self.include_paths.contains(&at) {
                 return Some(
-                    "a git configuration includes this path (`include.path`): git would obey what the run put there",
+                    "a git configuration includes this path, or names it as the repository's hooks (`include.path`, `core.hooksPath`): git would obey what the run put there",
                 );
             }
             // Above one, only an empty directory: a file, a symlink or a
             // directory moved in would decide what git finds below.
             if making != Making::Directory && self.include_paths.iter().any(|p| p.starts_with(&at)) {
-                return Some("a git configuration includes a path below this one (`include.path`): git would obey what the run put there");
+                return Some("a git configuration includes a path below this one, or names one as the repository's hooks (`include.path`, `core.hooksPath`): git would obey what the run put there");
             }
         }
         if n == b".tether" && parent == self.workspace {

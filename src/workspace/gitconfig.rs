@@ -78,7 +78,12 @@ pub struct UnreadableConfig {
 /// workspace's own, one outside that its `.git` file names, those of
 /// repositories around it), the global and system files of each of `homes`,
 /// and the includes git is given in its environment (`GIT_CONFIG_COUNT`).
-pub fn includes(root: &Path, git_dirs: &[PathBuf], homes: &[PathBuf]) -> Result<GitIncludes, UnreadableConfig> {
+pub fn includes(
+    root: &Path,
+    git_dirs: &[PathBuf],
+    work_trees: &[PathBuf],
+    homes: &[PathBuf],
+) -> Result<GitIncludes, UnreadableConfig> {
     let mut configs: Vec<PathBuf> = Vec::new();
     for d in git_dirs {
         configs.push(d.join("config"));
@@ -115,17 +120,17 @@ pub fn includes(root: &Path, git_dirs: &[PathBuf], homes: &[PathBuf]) -> Result<
         new
     });
 
-    // The work trees hooks run in: the workspace's top, and each of its
-    // repositories' (a git directory named `.git` is beside its tree).
+    // The work trees hooks run in: the workspace's top, each of its
+    // repositories' (a git directory named `.git` is beside its tree), and
+    // those the caller knows otherwise (submodules' and linked worktrees').
     let mut trees = vec![root.to_path_buf()];
-    for d in git_dirs {
-        if let Some(t) = d
-            .parent()
-            .filter(|t| d.file_name() == Some(OsStr::new(".git")) && t.starts_with(root))
-        {
-            if !trees.iter().any(|x| x == t) {
-                trees.push(t.to_path_buf());
-            }
+    let beside = git_dirs
+        .iter()
+        .filter(|d| d.file_name() == Some(OsStr::new(".git")))
+        .filter_map(|d| d.parent());
+    for t in beside.chain(work_trees.iter().map(PathBuf::as_path)) {
+        if t.starts_with(root) && !trees.iter().any(|x| x == t) {
+            trees.push(t.to_path_buf());
         }
     }
     let mut found = GitIncludes::default();
@@ -732,7 +737,7 @@ mod tests {
             "[includeIf \"gitdir:~/ws/\"]\npath = ~/../ws/team.cfg\n",
         )
         .unwrap();
-        let found = includes(&root, &[root.join(".git")], std::slice::from_ref(&home)).unwrap();
+        let found = includes(&root, &[root.join(".git")], &[], std::slice::from_ref(&home)).unwrap();
         let rel: Vec<&str> = found.paths.iter().map(|p| p.to_str().unwrap()).collect();
         assert_eq!(
             rel,
@@ -774,7 +779,7 @@ mod tests {
             "[core]\n\tbare = false\n[include]\n\tpath = \"x\n",
         )
         .unwrap();
-        let e = includes(&root, &[root.join(".git")], &[]).unwrap_err();
+        let e = includes(&root, &[root.join(".git")], &[], &[]).unwrap_err();
         assert_eq!((e.path, e.line), (root.join(".git/config"), 4));
     }
 
@@ -785,9 +790,9 @@ mod tests {
         std::fs::create_dir_all(root.join(".git")).unwrap();
         std::fs::write(root.join(".git/config"), "[include]\n\tpath = ../shared.cfg\n").unwrap();
         std::fs::write(root.join("shared.cfg"), "").unwrap();
-        assert!(includes(&root, &[root.join(".git")], &[]).is_ok());
+        assert!(includes(&root, &[root.join(".git")], &[], &[]).is_ok());
         std::fs::hard_link(root.join("shared.cfg"), root.join("alias.cfg")).unwrap();
-        let e = includes(&root, &[root.join(".git")], &[]).unwrap_err();
+        let e = includes(&root, &[root.join(".git")], &[], &[]).unwrap_err();
         assert_eq!(e.line, 2);
         assert!(e.why.contains("hard links"), "{e}");
     }
@@ -798,7 +803,7 @@ mod tests {
         let root = std::fs::canonicalize(t.path()).unwrap();
         std::fs::create_dir_all(root.join(".git")).unwrap();
         std::fs::write(root.join(".git/config"), "[core]\n\tbare = false\n").unwrap();
-        let found = includes(&root, &[root.join(".git")], &[]).unwrap();
+        let found = includes(&root, &[root.join(".git")], &[], &[]).unwrap();
         assert_eq!(found, GitIncludes::default());
     }
 
@@ -819,7 +824,7 @@ mod tests {
         .unwrap();
         std::fs::write(root.join("conf/real.cfg"), "[include]\n\tpath = extra.cfg\n").unwrap();
         std::os::unix::fs::symlink("conf/real.cfg", root.join("team.cfg")).unwrap();
-        let found = includes(&root, &[root.join(".git")], &[]).unwrap();
+        let found = includes(&root, &[root.join(".git")], &[], &[]).unwrap();
         let rel: Vec<&str> = found.paths.iter().map(|p| p.to_str().unwrap()).collect();
         assert_eq!(
             rel,
@@ -836,7 +841,7 @@ mod tests {
         std::fs::create_dir_all(root.join(".git")).unwrap();
         std::fs::write(root.join("my.gitconfig"), "[core]\n").unwrap();
         std::os::unix::fs::symlink("../my.gitconfig", root.join(".git/config")).unwrap();
-        let found = includes(&root, &[root.join(".git")], &[]).unwrap();
+        let found = includes(&root, &[root.join(".git")], &[], &[]).unwrap();
         let rel: Vec<&str> = found.paths.iter().map(|p| p.to_str().unwrap()).collect();
         // (`.git` too: the link steps back out of it.)
         assert_eq!(rel, [".git", ".git/config", "my.gitconfig"]);

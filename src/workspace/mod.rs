@@ -1432,7 +1432,24 @@ fn read_git_includes(root: &Path, layout: &GitLayout) -> GitIncludesRead {
             homes.push(h);
         }
     }
-    gitconfig::includes(root, &dirs, &homes)
+    // Work trees whose git directory is not beside them: submodules'
+    // checkouts (their `.git` files), linked worktrees' (their git
+    // directory's `gitdir` names their `.git` file).
+    let mut trees: Vec<PathBuf> = layout
+        .pointers
+        .iter()
+        .filter_map(|p| p.parent())
+        .map(|t| root.join(t))
+        .collect();
+    for d in &layout.dirs {
+        if d.parent().and_then(Path::file_name) == Some(std::ffi::OsStr::new("worktrees")) {
+            if let Ok(named) = read_planted(&root.join(d).join("gitdir"), 4096) {
+                let named = PathBuf::from(std::ffi::OsStr::from_bytes(named.trim_ascii()));
+                trees.extend(named.parent().map(Path::to_path_buf));
+            }
+        }
+    }
+    gitconfig::includes(root, &dirs, &trees, &homes)
 }
 
 /// The git directory a `.git` file at `dir` names (`gitdir: PATH`, relative
