@@ -134,6 +134,19 @@ pub fn includes(
         }
     }
     let mut found = GitIncludes::default();
+    // Where git reads the person's global ignore and attributes files when
+    // no `core.excludesFile`/`core.attributesFile` names others.
+    let xdg = std::env::var_os("XDG_CONFIG_HOME").filter(|x| Path::new(x).is_absolute());
+    let config_homes: Vec<PathBuf> = xdg
+        .map(PathBuf::from)
+        .into_iter()
+        .chain(homes.iter().map(|h| h.join(".config")))
+        .collect();
+    for base in &config_homes {
+        for name in ["git/ignore", "git/attributes"] {
+            found.follow(root, &base.join(name), &base.join(name).to_string_lossy(), 0)?;
+        }
+    }
     // (the file as git names it, how deep in includes): git takes a relative
     // include from the directory of the file as named, links not resolved.
     let mut stack: Vec<(PathBuf, usize)> = configs.into_iter().rev().map(|c| (c, 0)).collect();
@@ -201,6 +214,13 @@ pub fn includes(
                 if depth + 1 < MAX_DEPTH {
                     stack.push((target, depth + 1));
                 }
+            }
+        }
+        // Read like an included file (protected like one: a FIFO put in its
+        // place would hang every git command of the person's).
+        for (line, value) in values.read_files {
+            for target in expand(&value, &base, homes) {
+                found.follow(root, &target, &format!("{shown}:{line}"), line)?;
             }
         }
         // Relative to where hooks run, the top of a work tree: the
@@ -419,6 +439,9 @@ pub fn include_values(text: &[u8]) -> Result<Vec<(usize, Vec<u8>)>, SyntaxError>
 pub struct ConfigValues {
     pub includes: Vec<(usize, Vec<u8>)>,
     pub hooks_paths: Vec<(usize, Vec<u8>)>,
+    /// `core.excludesFile` and `core.attributesFile`: files every git
+    /// command of the person's reads (a FIFO there hangs them all).
+    pub read_files: Vec<(usize, Vec<u8>)>,
 }
 
 /// [`include_values`], and the `core.hooksPath` values, read by git's rules.
@@ -457,6 +480,8 @@ pub fn config_values(text: &[u8]) -> Result<ConfigValues, SyntaxError> {
                         out.includes.push((line, v));
                     } else if section == "core" && key == "hookspath" {
                         out.hooks_paths.push((line, v));
+                    } else if section == "core" && (key == "excludesfile" || key == "attributesfile") {
+                        out.read_files.push((line, v));
                     }
                 }
             }
