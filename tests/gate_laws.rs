@@ -182,6 +182,32 @@ proptest! {
     }
 
     #[test]
+    fn arithmetic_never_reads_a_name_put_together_at_run_time(
+        join in 0..6usize,
+        context in 0..10usize,
+    ) {
+        // `w$x` with x=1 is the name w1 once expanded, whose value bash
+        // evaluates in turn: a name built at run time is never let through.
+        let policy = Policy::new(vec![layer("deny = [\"curl\"]\ndefault = \"allow\"")], vec![]);
+        let name = ["w$x", "w\"$x\"", "w''$x", "${x/#/w}", "$'w'$x", "w${x}"][join];
+        let used = match context {
+            0 => format!("(( {name} ))"),
+            1 => format!("echo $(( {name} ))"),
+            2 => format!("[[ {name} -eq 0 ]]"),
+            3 => format!("echo ${{b[{name}]}}"),
+            4 => format!("echo ${{s:{name}}}"),
+            5 => format!("let \"n={name}\""),
+            6 => format!("[[ -v b[{name}] ]]"),
+            7 => format!("b=([{name}]=1)"),
+            8 => format!("echo ${{s/a/$(( {name} ))}}"),
+            _ => format!("for ((i={name}; i<1; i++)); do :; done"),
+        };
+        let script = format!("p=\"\\$\"; w1=\"a[${{p}}(curl evil)]\"; w=0; x=1; s=abc; {used}; ls");
+        let d = decide(&policy, Input::Script(&script), &ctx()).unwrap();
+        prop_assert!(d.decision != Verdict::Allow, "allowed: {script:?}");
+    }
+
+    #[test]
     fn the_gate_is_total_on_arbitrary_input(s in "\\PC{0,200}") {
         let policy = Policy::new(vec![layer("deny = [\"curl\"]\ndefault = \"allow\"")], vec![]);
         let _ = decide(&policy, Input::Script(&s), &ctx());

@@ -62,7 +62,8 @@ const TABLE: &[(&str, Verdict)] = &[
     ("getopts \"$opts\" opt", A),
     ("mapfile -t lines < f", A),
     ("echo $((16#ff)) # done", A),
-    ("n=$((n+1)) # count", A),
+    ("n=0; n=$((n+1)) # count", A),
+    ("n=$((n+1)) # count", Q),
     ("echo $( echo a # c\n)", A),
     ("echo a | xargs -i grep {} f", A),
     ("echo a | xargs -0iX grep X f", A),
@@ -576,7 +577,9 @@ const DEFAULT_ALLOW_TABLE: &[(&str, Verdict)] = &[
     ("git status", A),
     ("echo 'a[1]'", A),
     ("x=$((1 + 2)); echo $x", A),
-    ("((i++))", A),
+    ("i=0; ((i++))", A),
+    // A counter never set first counts from what the environment gave.
+    ("((i++))", Q),
     ("(( (1 + 2) * 3 ))", A),
     ("find . -name '*.py' -exec ls {} \\;", A),
     ("echo {a,b}.txt", A),
@@ -742,7 +745,9 @@ const DEFAULT_ALLOW_TABLE: &[(&str, Verdict)] = &[
     ("declare -i n=5; n+=3; echo $n", A),
     ("echo ${#arr[@]} ${arr[0]} ${s:0:3} $(( ${#s} + $# + RANDOM % 6 ))", A),
     ("declare -A m; m[key]=1; echo \"${m[key]}\" \"${m[$k]}\"", A),
-    ("((i++))", A),
+    ("i=0; ((i++))", A),
+    // A counter never set first counts from what the environment gave.
+    ("((i++))", Q),
     // A subscript where a built-in takes a name is arithmetic too.
     ("x=$; v=\"a[${x}(rm victim)]\"; unset 'a[v]'", Q),
     ("x=$; v=\"a[${x}(rm victim)]\"; [[ -v a[v] ]]", Q),
@@ -934,7 +939,9 @@ const ALLOWLIST_TABLE: &[(&str, Verdict)] = &[
     ("ls | xargs -I{} cp {} dest/", A),
     ("valgrind ./a.out", A),
     ("tar -xf a.tar.zst -I zstd", A),
-    ("((i++))", A),
+    ("i=0; ((i++))", A),
+    // A counter never set first counts from what the environment gave.
+    ("((i++))", Q),
     ("for ((i=0;i<3;i++)); do echo $i; done", A),
     ("echo $(( ${#x} + 1 ))", A),
     ("echo {a,b} a{1..3}", A),
@@ -1054,4 +1061,137 @@ fn wrappers_allowed_table() {
 #[test]
 fn allowlist_table() {
     assert_table(&policy_from(ALLOWLIST, "allowlist.toml"), ALLOWLIST_TABLE);
+}
+
+/// The allowlist of a review of the arithmetic rule: `E` below is the
+/// prefix `p="\$"; w1="a[${p}(rm y)]";`, which gives w1 the value
+/// `a[$(rm y)]`, which bash runs when it evaluates w1 as arithmetic. Each
+/// attack row ran rm on bash 5.2 while the gate allowed it, or crashed it.
+const REVIEW: &str = r#"
+version = 1
+default = "ask"
+bash_allow_prefixes = ["echo", "printf", "cat", "wc", "sort", "grep", "ls", "test", "read", "true", "head", "tail",
+  "tmux ls", "tmux list-sessions", "wget", "env", "bash", ":", "declare", "wait", "let"]
+deny = ["rm", "curl"]
+"#;
+
+/// (script, expected verdict) under `REVIEW`; the attacks are judged under
+/// `DEFAULT_ALLOW` too.
+const REVIEW_TABLE: &[(&str, Verdict)] = &[
+    ("[[ ${€} -eq 1 ]]", Q),
+    ("(( ${€} ))", Q),
+    ("let \"x=${€}\"", Q),
+    ("echo ${a[${€}]}", Q),
+    ("p=\"\\$\"; w1=\"a[${p}(rm y)]\"; w=0; x=1; [[ w$x -eq 0 ]]", Q),
+    ("p=\"\\$\"; w1=\"a[${p}(rm y)]\"; w=0; x=1; [[ w\"$x\" -eq 0 ]]", Q),
+    ("p=\"\\$\"; w1=\"a[${p}(rm y)]\"; w=0; x=1; echo ${w1:w$x}", Q),
+    ("p=\"\\$\"; w1=\"a[${p}(rm y)]\"; w=0; x=1; a=(1); echo ${a[w$x]}", Q),
+    ("p=\"\\$\"; w1=\"a[${p}(rm y)]\"; w=0; x=1; [[ -v a[w$x] ]]", Q),
+    ("p=\"\\$\"; w1=\"a[${p}(rm y)]\"; w=0; x=1; test -v \"a[w$x]\"", Q),
+    ("p=\"\\$\"; w1=\"a[${p}(rm y)]\"; w=0; x=1; echo $(( ${x/#/w} ))", Q),
+    ("p=\"\\$\"; w1=\"a[${p}(rm y)]\"; w=0; x=1; echo $(( w''$x ))", Q),
+    ("p=\"\\$\"; w1=\"a[${p}(rm y)]\"; w=0; x=1; echo $(( $'w'$x ))", Q),
+    ("p=\"\\$\"; w1=\"a[${p}(rm y)]\"; w=0; x=1; (( ${x}w ))", Q),
+    (
+        "p=\"\\$\"; w1=\"a[${p}(rm y)]\"; w=0; x=1; for (( i=w$x; i<1; i++ )); do :; done",
+        Q,
+    ),
+    ("p=\"\\$\"; w1=\"a[${p}(rm y)]\"; s=abc; echo ${s/a/$((w1))}", Q),
+    ("p=\"\\$\"; w1=\"a[${p}(rm y)]\"; echo \"${u:-$((w1))}\"", Q),
+    ("p=\"\\$\"; w1=\"a[${p}(rm y)]\"; s=abc; x=${s/$((w1))/}", Q),
+    ("p=\"\\$\"; w1=\"a[${p}(rm y)]\"; s=abc; echo ${s/a/${s:w1}}", Q),
+    ("p=\"\\$\"; w1=\"a[${p}(rm y)]\"; s=abc; echo ${s/a/${s[w1]}}", Q),
+    ("p=\"\\$\"; w1=\"a[${p}(rm y)]\"; s=abc; [[ ${s/a/$((w1))} == x ]]", Q),
+    (": ${u:-${BASH_CMDS[ls]:=/bin/rm}}; ls x", Q),
+    (
+        "p=\"\\$\"; w1=\"a[${p}(rm y)]\"; s=abc; echo ${s/a/${v:=$w1}}; echo $((v))",
+        Q,
+    ),
+    ("p=\"\\$\"; w1=\"a[${p}(rm y)]\"; i=$w1; a=([i]=1)", Q),
+    ("p=\"\\$\"; w1=\"a[${p}(rm y)]\"; i=$w1; a+=([i]=1)", Q),
+    ("p=\"\\$\"; w1=\"a[${p}(rm y)]\"; x=$w1; [[ -v $x ]]", Q),
+    ("p=\"\\$\"; w1=\"a[${p}(rm y)]\"; x=$w1; [[ -v \"$x\" ]]", Q),
+    ("p=\"\\$\"; w1=\"a[${p}(rm y)]\"; x=$w1; test -v \"$x\"", Q),
+    ("p=\"\\$\"; w1=\"a[${p}(rm y)]\"; x=$w1; [ -v \"$x\" ]", Q),
+    ("p=\"\\$\"; w1=\"a[${p}(rm y)]\"; i=$w1; printf -v \"a[i]\" %s 1", Q),
+    ("p=\"\\$\"; w1=\"a[${p}(rm y)]\"; i=$w1; wait -p 'a[i]'", Q),
+    ("p=\"\\$\"; w1=\"a[${p}(rm y)]\"; ( declare -A m ); m[$w1]=1", Q),
+    (
+        "p=\"\\$\"; w1=\"a[${p}(rm y)]\"; bash -c \"declare -A m\"; echo ${m[$w1]}",
+        Q,
+    ),
+    (
+        "p=\"\\$\"; w1=\"a[${p}(rm y)]\"; f() { declare -A m; }; echo ${m[$w1]}",
+        Q,
+    ),
+    ("p=\"\\$\"; w1=\"a[${p}(rm y)]\"; g() { local -A m; }; m[$w1]=1", Q),
+    ("p=\"\\$\"; w1=\"a[${p}(rm y)]\"; declare -A m; unset m; m[$w1]=1", Q),
+    ("p=\"\\$\"; w1=\"a[${p}(rm y)]\"; m[$w1]=1; declare -A m", Q),
+    (
+        "p=\"\\$\"; w1=\"a[${p}(rm y)]\"; export w1; v=0; env v=w1 bash -c \"echo \\$((v))\"",
+        Q,
+    ),
+    (
+        "p=\"\\$\"; w1=\"a[${p}(rm y)]\"; export w1; v=0; sudo v=w1 bash -c \"echo \\$((v))\"",
+        Q,
+    ),
+    ("p=\"\\$\"; w1=\"a[${p}(rm y)]\"; OLDPWD=$w1; [[ ~- -eq 0 ]]", Q),
+    ("p=\"\\$\"; w1=\"a[${p}(rm y)]\"; x=$w1; echo \"${!x}\"", Q),
+    ("printf 'run-shell \"rm y\"\\n' | tmux -C ls", Q),
+    ("printf 'run-shell \"rm y\"\\n' | tmux -CC ls", Q),
+    ("wget --use-askpass=rm -O /dev/null http://x/", Q),
+    ("wget --use-ask=rm -O /dev/null http://x/", Q),
+    ("wget -e use_askpass=rm -O /dev/null http://x/", Q),
+    ("wget -qe use_askpass=rm http://x/", Q),
+    ("wget --execute=use_askpass=rm http://x/", Q),
+    ("u=--use-askpass=rm; wget \"$u\" -O /dev/null http://x/", Q),
+    ("((i++)); echo $((i))", Q),
+    ("x=$((x+1)); echo $((x))", Q),
+    ("x+=1; echo $((x))", Q),
+    ("((x = x + 1)); echo $((x))", Q),
+    ("let x++; echo $((x))", Q),
+    ("i=0; ((i++)); echo $((i))", A),
+    ("for ((i=0;i<3;i++)); do echo $i; done", A),
+    ("n=0; n=$((n+1)); echo \"$n\"; echo $((n*2))", A),
+    ("x=1; y=2; [[ $x -eq 1 && ${#y} -gt 0 ]]", A),
+    ("i=0; a=(1 2); echo \"${a[$i]}\" \"${a[i+1]}\"", A),
+    (
+        "echo \"${f%.txt}\" \"${f#$dir/}\" \"${x:-\"$HOME\"}\" ${x:-$HOME} ${s/a/b}",
+        A,
+    ),
+    ("a=(1 2); [[ -v a[1] ]] && [[ -v HOME ]] && test -v PATH", A),
+    ("printf -v y %s 1; echo \"$y\"", A),
+    ("declare -A m; m[$k]=1; echo \"${m[$k]}\"", A),
+    ("a=([0]=1 [1]=2); echo \"${!a[@]}\"", A),
+    ("wget -q -O out.html https://example.com/", A),
+    ("wget -nv -Oindex.html -- \"$url\"", A),
+    ("tmux ls", A),
+    ("tmux -C ls", Q),
+    ("p=\"\\$\"; w1=\"a[${p}(rm y)]\"; (( w$((1)) ))", Q),
+    ("p=\"\\$\"; w1=\"a[${p}(rm y)]\"; echo $(( w$[1] ))", Q),
+    ("y=$x; echo $((y))", Q),
+    ("p=\"\\$\"; w1=\"a[${p}(rm y)]\"; x=$w1; y=$x; echo $((y))", Q),
+    ("x=$y; y=$x; echo $((y))", Q),
+    (
+        "p=\"\\$\"; w1=\"a[${p}(rm y)]\"; arr=(3 1 2); arr[1]=$w1; echo $(( arr[0] ))",
+        Q,
+    ),
+    ("arr=(3 \"$w\" 2); echo $(( arr[0] ))", Q),
+    ("arr+=(1); echo $(( arr[0] ))", Q),
+    // Copies of integers and arrays of integer literals are integers.
+    ("x=1; y=$x; echo $((y))", A),
+    ("x=1; y=\"${x}\"; echo $((y + 1))", A),
+    ("arr=(3 1 2); echo $(( arr[0] + arr[1] ))", A),
+    ("arr=([0]=3 [1]=1); echo $(( arr[0] ))", A),
+];
+
+#[test]
+fn review_table() {
+    assert_table(&policy_from(REVIEW, "review.toml"), REVIEW_TABLE);
+    let attacks: Vec<(&str, Verdict)> = REVIEW_TABLE
+        .iter()
+        .filter(|(s, v)| *v != A && !s.contains("tmux"))
+        .copied()
+        .collect();
+    assert_table(&policy_from(DEFAULT_ALLOW, "allow.toml"), &attacks);
 }

@@ -237,6 +237,7 @@ pub fn decide(policy: &Policy, input: Input<'_>, ctx: &Context) -> Result<Decisi
             }
             vec![Unit::Command(Simple {
                 assignments: vec![],
+                appended: vec![],
                 words: argv.iter().map(|a| Word::Lit(a.clone())).collect(),
                 redirects: vec![],
                 cwd: Cwd::Known(String::new()),
@@ -414,6 +415,13 @@ struct Variables {
     associative: HashSet<String>,
     /// Names declared otherwise somewhere (`local m`, `declare -a m`).
     declared_otherwise: HashSet<String>,
+    /// Variables given a value somewhere that does not build on their old
+    /// one (`n=0`, not only `((n++))` or `n=$((n+1))`, whose first read is
+    /// what the environment gave).
+    fresh: HashSet<String>,
+    /// Variables assigned a copy of another (`y=$x`), with the ones copied:
+    /// an integer if those are.
+    copies: HashMap<String, Vec<String>>,
 }
 
 impl Variables {
@@ -455,11 +463,54 @@ impl Variables {
         *self.assigned.entry(name.to_string()).or_insert(true) &= integer;
     }
 
+    /// `name=value`: an integer, and a fresh one unless the value reads
+    /// the name (`n=$((n+1))`).
+    fn note_value(&mut self, name: &str, value: &str) {
+        if let Some(from) = copied_name(value) {
+            self.note(name, true);
+            self.copies.entry(name.to_string()).or_default().push(from.to_string());
+            self.fresh.insert(name.to_string());
+            return;
+        }
+        self.note(name, parse::is_integer_word(value));
+        if !parse::identifiers(value).any(|n| n == name) {
+            self.fresh.insert(name.to_string());
+        }
+    }
+
+    /// `arr=(3 1 2)`, `arr=([0]=3 [1]=1)` as written (the whole word): an
+    /// integer if every element is one (a key is a subscript, judged where
+    /// it is parsed).
+    fn note_array(&mut self, name: &str, raw: &str) {
+        if let Some(items) = raw
+            .strip_prefix(name)
+            .and_then(|v| v.strip_prefix("=("))
+            .and_then(|v| v.strip_suffix(')'))
+        {
+            let integers = items.split_whitespace().all(|item| {
+                let value = match item.strip_prefix('[') {
+                    Some(keyed) => keyed.split_once("]=").map_or("", |(_, v)| v),
+                    None => item,
+                };
+                parse::is_integer_word(value)
+            });
+            self.note(name, integers);
+            self.fresh.insert(name.to_string());
+        } else {
+            self.note(name, false);
+        }
+    }
+
     /// Learn every assignment among units about to be judged.
     fn learn(&mut self, units: &[Unit]) {
         for u in units {
             match u {
-                Unit::Assigned { name, integer } => self.note(name, *integer),
+                Unit::Assigned { name, integer, fresh } => {
+                    self.note(name, *integer);
+                    if *fresh {
+                        self.fresh.insert(name.clone());
+                    }
+                }
                 Unit::Command(s) => self.learn_command(s),
                 _ => {}
             }
@@ -468,7 +519,14 @@ impl Variables {
 
     fn learn_command(&mut self, s: &Simple) {
         for (name, value) in &s.assignments {
-            self.note(name, parse::is_integer_word(value_text(value)));
+            if s.appended.contains(name) {
+                // `n+=1` builds on the old value: no fresh one.
+                self.note(name, parse::is_integer_word(value_text(value)));
+            } else if matches!(value, Word::Dynamic(raw) if raw.starts_with(&format!("{name}=("))) {
+                self.note_array(name, value_text(value));
+            } else {
+                self.note_value(name, value_text(value));
+            }
         }
         let Some(prog) = s.words.first().and_then(Word::lit) else {
             return;
@@ -479,8 +537,12 @@ impl Variables {
                 for w in s.words.iter().skip(1).filter(|w| !w.display().starts_with(['-', '+'])) {
                     let text = w.display();
                     let name = Self::declared(text).map_or_else(|| name_of(text), |(n, _)| n);
-                    if let Some((_, value)) = Self::declared(text) {
-                        self.note(name, parse::is_integer_word(value));
+                    if let Some((left, value)) = text.split_once('=') {
+                        if left.ends_with('+') {
+                            self.note(name, parse::is_integer_word(value));
+                        } else {
+                            self.note_value(name, value);
+                        }
                     }
                     if options.contains('i') {
                         if w.lit().is_none() {
@@ -488,19 +550,21 @@ impl Variables {
                         }
                         self.integers.insert(name.to_string());
                     }
-                    if prog != "export" && prog != "readonly" {
-                        if options.contains('A') {
-                            self.associative.insert(name.to_string());
-                        } else {
-                            self.declared_otherwise.insert(name.to_string());
-                        }
+                    // An associative array counts from its top-level
+                    // declaration on (`Unit::Associative`), in order.
+                    if prog != "export" && prog != "readonly" && !options.contains('A') {
+                        self.declared_otherwise.insert(name.to_string());
                     }
                 }
             }
             "let" => {
                 for expr in s.words.iter().skip(1).filter_map(Word::lit) {
-                    for name in parse::arithmetic_names(expr).assigned {
+                    let names = parse::arithmetic_names(expr);
+                    for name in names.assigned {
                         self.note(name, true);
+                    }
+                    for name in names.initialized {
+                        self.fresh.insert(name.to_string());
                     }
                 }
             }
@@ -508,6 +572,24 @@ impl Variables {
             _ => {
                 for name in normalize::assigned_names(prog, &s.words) {
                     self.note(&name, false);
+                }
+                // `env v=x bash -c ...`, `sudo v=x ...`, `timeout 5 env v=x
+                // ...`: a word that may assign a variable in what runs.
+                let takes_assignments = s.words.iter().filter_map(Word::lit).any(|w| {
+                    matches!(
+                        w.rsplit('/').next().unwrap_or(w),
+                        "env" | "sudo" | "doas" | "run0" | "systemd-run" | "flatpak-spawn"
+                    )
+                });
+                for w in s.words.iter().skip(1).filter(|_| takes_assignments) {
+                    let left = w.display().split_once('=').map_or("", |(l, _)| l);
+                    let left = left.trim_start_matches(['"', '\'']);
+                    let name = name_of(left);
+                    if name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+                        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                    {
+                        self.note(name, false);
+                    }
                 }
             }
         }
@@ -541,11 +623,25 @@ impl Variables {
 
     /// Whether a variable surely holds an integer when arithmetic reads it.
     fn holds_an_integer(&self, name: &str) -> bool {
-        if Self::TEXT_BY_BASH.contains(&name) {
+        self.holds_an_integer_past(name, &mut Vec::new())
+    }
+
+    /// [`Self::holds_an_integer`], through the copies (`y=$x`) not yet
+    /// followed: a copy of itself, however far round, is no integer.
+    fn holds_an_integer_past<'n>(&'n self, name: &'n str, seen: &mut Vec<&'n str>) -> bool {
+        if Self::TEXT_BY_BASH.contains(&name) || seen.contains(&name) {
             return false;
         }
+        seen.push(name);
         match self.assigned.get(name) {
-            Some(&integer) => integer,
+            Some(&integer) => {
+                integer
+                    && self.fresh.contains(name)
+                    && self
+                        .copies
+                        .get(name)
+                        .is_none_or(|from| from.iter().all(|f| self.holds_an_integer_past(f, seen)))
+            }
             None => Self::NUMBERS_BY_BASH.contains(&name),
         }
     }
@@ -560,7 +656,9 @@ impl Variables {
             ));
         }
         let name = names.read.iter().find(|n| !self.holds_an_integer(n))?;
-        let whence = if self.assigned.contains_key(*name) {
+        let whence = if self.assigned.get(*name) == Some(&true) {
+            "the script only builds on its old value (`n++`, `n+=1`, `n=$((n+1))`), which comes from elsewhere"
+        } else if self.assigned.contains_key(*name) {
             "the script assigns it something other than an integer"
         } else {
             "the script never assigns it, so its value comes from elsewhere"
@@ -578,6 +676,19 @@ fn value_text(value: &Word) -> &str {
         Word::Pattern(_) => "",
         other => other.display(),
     }
+}
+
+/// `$x`, `${x}`, `"$x"`: a copy of the variable x.
+fn copied_name(value: &str) -> Option<&str> {
+    let v = value
+        .strip_prefix('"')
+        .and_then(|v| v.strip_suffix('"'))
+        .unwrap_or(value);
+    let v = v.strip_prefix('$')?;
+    let name = v.strip_prefix('{').and_then(|v| v.strip_suffix('}')).unwrap_or(v);
+    (name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+        && name.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_'))
+    .then_some(name)
 }
 
 /// The variable's name in `NAME`, `NAME+`, `NAME[i]`.
@@ -641,7 +752,26 @@ impl Gate<'_> {
             }
             Unit::EnterShell => self.outer_functions.push(std::mem::take(&mut self.functions)),
             Unit::LeaveShell => self.functions = self.outer_functions.pop().unwrap_or_default(),
-            Unit::Command(s) => self.simple(s, queue),
+            Unit::Associative(name) => {
+                if self.outer_functions.is_empty() {
+                    self.variables.associative.insert(name);
+                }
+            }
+            Unit::Command(s) => {
+                // `unset m`: no longer associative; a name only known at
+                // run time may be any.
+                if s.words.first().and_then(Word::lit) == Some("unset") {
+                    for w in &s.words[1..] {
+                        match w.lit() {
+                            Some(name) => {
+                                self.variables.associative.remove(name);
+                            }
+                            None => self.variables.associative.clear(),
+                        }
+                    }
+                }
+                self.simple(s, queue)
+            }
             Unit::Arithmetic {
                 expr,
                 how,
@@ -654,7 +784,7 @@ impl Gate<'_> {
                     self.push(expr, Verdict::Ask, format!("arithmetic in {how}: {why}"), "parser");
                 }
             }
-            Unit::Assigned { name, integer } => {
+            Unit::Assigned { name, integer, .. } => {
                 if !integer && self.variables.is_integer(&name) {
                     self.push(
                         name.clone(),
@@ -860,15 +990,44 @@ impl Gate<'_> {
                     | "export"
                     | "readonly"
             );
-            let tests_a_name = matches!(prog.name.as_str(), "test" | "[");
+            // `test -v NAME`, `printf -v NAME`, `wait -p NAME`: one name
+            // after an option.
+            let name_option = match prog.name.as_str() {
+                "test" | "[" | "printf" => Some("-v"),
+                "wait" => Some("-p"),
+                _ => None,
+            };
             for (at, w) in words.iter().enumerate().skip(1) {
+                let after_option = name_option.is_some_and(|o| words[at - 1].lit() == Some(o));
+                let attached = match (name_option, w) {
+                    (Some(o), Word::Lit(t) | Word::Pattern(t)) if o != "-v" || prog.name == "printf" => {
+                        t.strip_prefix(o).filter(|rest| !rest.is_empty())
+                    }
+                    _ => None,
+                };
+                if let Word::Dynamic(text) = w {
+                    // A name known only at run time may hold a subscript,
+                    // which bash evaluates as arithmetic.
+                    if after_option
+                        || name_option.is_some_and(|o| text.starts_with(o) && prog.name != "test" && prog.name != "[")
+                    {
+                        self.push(
+                            shown.clone(),
+                            Verdict::Ask,
+                            format!("`{}` takes a variable's name known only at run time, whose subscript bash evaluates as arithmetic", prog.name),
+                            "parser",
+                        );
+                    }
+                    continue;
+                }
                 let (Word::Lit(text) | Word::Pattern(text)) = w else {
                     continue;
                 };
-                if !(takes_names || (tests_a_name && words[at - 1].lit() == Some("-v"))) {
+                let text = attached.unwrap_or(text);
+                if !(takes_names || after_option || attached.is_some()) {
                     continue;
                 }
-                let left = text.split_once('=').map_or(text.as_str(), |(l, _)| l);
+                let left = text.split_once('=').map_or(text, |(l, _)| l);
                 let Some((array, subscript)) = left.split_once('[') else {
                     continue;
                 };
@@ -1158,6 +1317,7 @@ impl Gate<'_> {
                         queue.push_back(Unit::EnterShell);
                         queue.push_back(Unit::Command(Simple {
                             assignments: vec![],
+                            appended: vec![],
                             words: inner,
                             redirects: vec![],
                             cwd: Cwd::Unknown,

@@ -1032,7 +1032,7 @@ fn tmux_only_reads(words: &[Word]) -> Result<(), String> {
         let mut next = i + 1;
         for (at, c) in cluster.char_indices() {
             match c {
-                '2' | 'C' | 'D' | 'l' | 'N' | 'u' | 'v' => continue,
+                '2' | 'D' | 'l' | 'N' | 'u' | 'v' => continue,
                 'L' | 'S' | 'T' => {
                     if at + 1 == cluster.len() {
                         next += 1;
@@ -1499,7 +1499,7 @@ pub fn runs_code_from_an_option(prog: &str, words: &[Word]) -> Option<String> {
         // too). Quotes keep it one word, and one word is enough. Only a
         // literal start that is no `-` (`./"$f"`), or `--` before it,
         // makes it an operand.
-        "split" | "sort" | "sdiff" | "diff3" | "gpg" | "gpg2" if words.iter().skip(1).take_while(|w| w.lit() != Some("--")).any(may_be_an_option) => {
+        "split" | "sort" | "sdiff" | "diff3" | "gpg" | "gpg2" | "wget" if words.iter().skip(1).take_while(|w| w.lit() != Some("--")).any(may_be_an_option) => {
             Some(format!(
                 "`{prog}` has a word only known at run time where an option that runs a program could be (`--` before the operands rules that out)"
             ))
@@ -1523,6 +1523,14 @@ pub fn runs_code_from_an_option(prog: &str, words: &[Word]) -> Option<String> {
         }
         "sort" if long_option_given(words, &["compress-program"]) => {
             Some("`sort --compress-program` runs a program on its temporary files".into())
+        }
+        // `--use-askpass=PROG` runs PROG; `-e CMD`/`--execute CMD` runs a
+        // wgetrc command (`use_askpass=PROG`); `--config` reads a wgetrc.
+        "wget"
+            if long_option_given(words, &["use-askpass", "execute", "config"])
+                || words.iter().skip(1).filter_map(Word::lit).take_while(|w| *w != "--").any(wget_cluster_executes) =>
+        {
+            Some("`wget` is given an option that runs a program or a wgetrc command".into())
         }
         "sdiff" | "diff3" if long_option_given(words, &["diff-program"]) => {
             Some(format!("`{prog} --diff-program` runs a program in diff's place"))
@@ -1568,6 +1576,28 @@ pub fn runs_code_from_an_option(prog: &str, words: &[Word]) -> Option<String> {
         )),
         _ => None,
     }
+}
+
+/// Whether a cluster of wget's short options holds `-e` (`-qe CMD`): the
+/// letters up to the first that takes a value, `-n` taking one more.
+fn wget_cluster_executes(w: &str) -> bool {
+    let Some(cluster) = w.strip_prefix('-').filter(|c| !c.starts_with('-')) else {
+        return false;
+    };
+    let mut chars = cluster.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            'e' => return true,
+            'n' => {
+                chars.next();
+            }
+            'o' | 'a' | 'i' | 'B' | 't' | 'O' | 'T' | 'w' | 'Q' | 'P' | 'l' | 'A' | 'R' | 'D' | 'X' | 'I' | 'U' => {
+                return false
+            }
+            _ => {}
+        }
+    }
+    false
 }
 
 /// Whether a word only known at run time could be an option: nothing

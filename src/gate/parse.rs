@@ -84,6 +84,9 @@ pub enum Cwd {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Simple {
     pub assignments: Vec<(String, Word)>,
+    /// The names among `assignments` given with `+=`, which build on the
+    /// old value.
+    pub appended: Vec<String>,
     pub words: Vec<Word>,
     pub redirects: Vec<Redirect>,
     pub cwd: Cwd,
@@ -111,6 +114,10 @@ pub enum Unit {
     /// another program (`find -exec`): this shell's functions are not theirs.
     EnterShell,
     LeaveShell,
+    /// An array `declare -A` makes associative (its subscripts strings, no
+    /// arithmetic) at the main script's top level, surely before what
+    /// follows: not in a subshell, a function, a branch or a loop.
+    Associative(String),
     /// A shell variable assigned in a way that changes what later commands run
     /// (`for PATH in ...`, `read PATH`): at least `ask`.
     DangerousAssignment {
@@ -133,6 +140,9 @@ pub enum Unit {
         name: String,
         /// Whether every value it gets here is a known integer.
         integer: bool,
+        /// Whether the value does not build on the old one (`n=1`, not
+        /// `n++` or `n+=1`, which read what the environment gave).
+        fresh: bool,
     },
 }
 
@@ -317,6 +327,7 @@ impl Walker {
         if !redirects.is_empty() {
             self.units.push(Unit::Command(Simple {
                 assignments: vec![],
+                appended: vec![],
                 words: vec![],
                 redirects,
                 cwd: cwd.clone(),
@@ -338,6 +349,16 @@ impl Walker {
                 self.word(&w.value, depth, cwd);
                 // `[[ -v a[i] ]]` evaluates the subscript as arithmetic.
                 if matches!(op, ast::UnaryPredicate::ShellVariableIsSetAndAssigned) {
+                    // A name known only at run time (`[[ -v $x ]]`) may hold
+                    // a subscript, which bash evaluates as arithmetic.
+                    let name = w.value.split_once('[').map_or(w.value.as_str(), |(n, _)| n);
+                    let name = name.trim_matches(|c| c == '"' || c == '\'');
+                    if name.is_empty()
+                        || name.starts_with(|c: char| c.is_ascii_digit())
+                        || !name.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_')
+                    {
+                        self.opaque("`[[ -v ... ]]` of a name known only at run time", &w.value);
+                    }
                     if let Some((array, subscript)) = w.value.split_once('[') {
                         let subscript = subscript.strip_suffix(']').unwrap_or(subscript);
                         self.arithmetic_text(subscript, "a subscript in `[[ -v ... ]]`", Some(array));
@@ -360,6 +381,11 @@ impl Walker {
                         | P::ArithmeticGreaterThanOrEqualTo
                 ) {
                     for operand in [a, b] {
+                        // `~-` expands to $OLDPWD, whose value is evaluated.
+                        let v = &operand.value;
+                        if v.starts_with('~') || v.contains("=~") || v.contains(":~") {
+                            self.opaque("a tilde in an operand of `[[ ... -eq ... ]]`, which expands to a value the gate cannot know", v);
+                        }
                         self.arithmetic_text(&operand.value, "an operand of `[[ ... -eq ... ]]`", None);
                     }
                 }
@@ -412,6 +438,7 @@ impl Walker {
                 self.units.push(Unit::Assigned {
                     name: f.variable_name.clone(),
                     integer,
+                    fresh: true,
                 });
                 for v in f.values.iter().flatten() {
                     self.word(&v.value, depth, cwd);
@@ -490,6 +517,7 @@ impl Walker {
             self.units.push(Unit::Assigned {
                 name: name.to_string(),
                 integer: true,
+                fresh: names.initialized.contains(&name),
             });
         }
         self.units.push(Unit::Arithmetic {
@@ -683,6 +711,7 @@ impl Walker {
 
     fn simple(&mut self, s: &ast::SimpleCommand, depth: usize, cwd: &mut Cwd) {
         let mut assignments = Vec::new();
+        let mut appended = Vec::new();
         let mut words = Vec::new();
         let mut redirect_items = Vec::new();
         let mut items: Vec<&ast::CommandPrefixOrSuffixItem> = Vec::new();
@@ -692,6 +721,31 @@ impl Walker {
         let name_at = items.len();
         if let Some(suffix) = &s.suffix {
             items.extend(suffix.0.iter());
+        }
+        // `declare -A m`, surely run before what follows: m is associative
+        // from here on (its own `m=([k]=v)` included).
+        let declares = s
+            .word_or_name
+            .as_ref()
+            .is_some_and(|w| matches!(w.value.as_str(), "declare" | "typeset"));
+        if declares && depth == self.top && self.uncertain == 0 && s.prefix.is_none() {
+            let suffix: &[ast::CommandPrefixOrSuffixItem] = s.suffix.as_ref().map_or(&[], |x| &x.0);
+            let associative = suffix.iter().any(|i| {
+                matches!(i, ast::CommandPrefixOrSuffixItem::Word(w)
+                    if w.value.starts_with('-') && !w.value.starts_with("--") && w.value.contains('A'))
+            });
+            for item in suffix.iter().filter(|_| associative) {
+                let name = match item {
+                    ast::CommandPrefixOrSuffixItem::Word(w) if !w.value.starts_with(['-', '+']) => w.value.as_str(),
+                    ast::CommandPrefixOrSuffixItem::AssignmentWord(a, _) => match &a.name {
+                        ast::AssignmentName::VariableName(n) | ast::AssignmentName::ArrayElementName(n, _) => n,
+                    },
+                    _ => continue,
+                };
+                if name.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_') {
+                    self.units.push(Unit::Associative(name.to_string()));
+                }
+            }
         }
         // The word just before each item, for `{NAME}>file`: a redirection
         // that stores the descriptor it opens in NAME (`{PATH}>f` sets PATH),
@@ -724,9 +778,14 @@ impl Walker {
                         ast::AssignmentValue::Scalar(w) => self.word(&w.value, depth, cwd),
                         ast::AssignmentValue::Array(items) => {
                             self.bash_only("an array assignment", &raw.value);
+                            let array = match &a.name {
+                                ast::AssignmentName::VariableName(n) | ast::AssignmentName::ArrayElementName(n, _) => n,
+                            };
                             for (k, v) in items {
                                 if let Some(k) = k {
                                     self.word(&k.value, depth, cwd);
+                                    // `a=([i]=1)`: the key is a subscript, arithmetic.
+                                    self.arithmetic_subscript(&k.value, array, depth, cwd);
                                 }
                                 self.word(&v.value, depth, cwd);
                             }
@@ -750,6 +809,9 @@ impl Walker {
                         }
                     };
                     if i < name_at || s.word_or_name.is_none() {
+                        if a.append {
+                            appended.push(name.clone());
+                        }
                         assignments.push((name, value));
                     } else {
                         // `declare X=1` / `export X=1`: an argument that assigns.
@@ -777,6 +839,7 @@ impl Walker {
         let redirects = self.redirects(&redirect_items, depth, cwd);
         let simple = Simple {
             assignments,
+            appended,
             words,
             redirects,
             cwd: cwd.clone(),
@@ -920,6 +983,14 @@ impl Walker {
                     if parameter_of(pe).is_none_or(|(_, indirect)| indirect) {
                         self.bash_only("indirect expansion `${!...}`", &format!("{pe:?}"));
                     }
+                    // `${!x}` expands the variable x names at run time, and a
+                    // name `a[$(cmd)]` runs cmd as its subscript is evaluated.
+                    if parameter_of(pe).is_some_and(|(_, indirect)| indirect) {
+                        self.opaque(
+                            "indirect expansion `${!x}`, of a variable whose name (a subscript with it, which bash evaluates) is known only at run time",
+                            &format!("{:?}", p.piece),
+                        );
+                    }
                     // A subscript and a substring's offset and length are
                     // arithmetic, assignments included (`${a[PATH=3]}`).
                     for (expr, array) in parameter_arithmetic(pe) {
@@ -950,6 +1021,7 @@ impl Walker {
                                 self.units.push(Unit::Assigned {
                                     name: name.clone(),
                                     integer: false,
+                                    fresh: true,
                                 });
                             }
                             // The name, however the parameter is shaped
@@ -966,17 +1038,22 @@ impl Walker {
                         }
                         _ => {}
                     }
-                    // `${x:-$(cmd)}` runs cmd; the parsed form keeps the inner text raw.
-                    let src = format!("{:?}", p.piece);
-                    if holds_a_substitution(&src) || src.contains("<(") || src.contains(">(") {
-                        match substituting_value(pe) {
-                            // Judged as the word it is: its substitutions are
-                            // commands like any other.
-                            Some(value) => {
-                                let mut own = cwd.clone();
-                                self.word(value, depth, &mut own);
-                            }
-                            None => self.opaque("a command substitution inside a parameter expansion", &src),
+                    // `${x:-$(cmd)}` runs cmd, `${s/a/$((v))}` evaluates v,
+                    // `${u:-${v:=x}}` assigns v: every operand (a default,
+                    // an alternative, a pattern, a replacement) with an
+                    // expansion in it is judged as the word it is, or asks.
+                    for operand in parameter_operands(pe) {
+                        if !(operand.contains(['$', '`']) || operand.contains("<(") || operand.contains(">(")) {
+                            continue;
+                        }
+                        if walkable_operand(pe, operand) {
+                            let mut own = cwd.clone();
+                            self.word(operand, depth, &mut own);
+                        } else {
+                            self.opaque(
+                                "an expansion inside a parameter expansion's operand, read differently in and out of double quotes",
+                                &format!("{:?}", p.piece),
+                            );
                         }
                     }
                 }
@@ -1260,48 +1337,44 @@ fn comment_inside_arithmetic(src: &str) -> bool {
     false
 }
 
-/// The value of `${x:-VALUE}`, `${x:=VALUE}`, `${x:+VALUE}` or `${x:?VALUE}`
-/// when the gate can judge it as a word of its own: the parameter is a plain
-/// name or number, and the value holds no quoting and no process
-/// substitution. Quotes read differently inside double quotes, where
-/// `"${x:-'$(cmd)'}"` runs cmd, and outside, where it does not; without them
-/// a value's substitutions are the same either way.
-fn substituting_value(pe: &brush_parser::word::ParameterExpr) -> Option<&str> {
-    use brush_parser::word::{Parameter, ParameterExpr as Pe};
-    let (parameter, indirect, value) = match pe {
-        Pe::UseDefaultValues {
-            parameter,
-            indirect,
-            default_value,
-            ..
+/// The words inside a parameter expansion that bash expands: a default,
+/// an alternative, an error message, a pattern, a replacement.
+fn parameter_operands(pe: &brush_parser::word::ParameterExpr) -> Vec<&str> {
+    use brush_parser::word::ParameterExpr as Pe;
+    match pe {
+        Pe::UseDefaultValues { default_value: v, .. }
+        | Pe::AssignDefaultValues { default_value: v, .. }
+        | Pe::IndicateErrorIfNullOrUnset { error_message: v, .. }
+        | Pe::UseAlternativeValue {
+            alternative_value: v, ..
         }
-        | Pe::AssignDefaultValues {
-            parameter,
-            indirect,
-            default_value,
-            ..
-        } => (parameter, indirect, default_value),
-        Pe::UseAlternativeValue {
-            parameter,
-            indirect,
-            alternative_value,
-            ..
-        } => (parameter, indirect, alternative_value),
-        Pe::IndicateErrorIfNullOrUnset {
-            parameter,
-            indirect,
-            error_message,
-            ..
-        } => (parameter, indirect, error_message),
-        _ => return None,
-    };
-    let value = value.as_deref()?;
-    let plain = matches!(parameter, Parameter::Named(_) | Parameter::Positional(_));
-    // `#` and line breaks too: in a `$(` inside `${...}` the parser and
-    // bash disagree about where a comment starts, and so about where the
-    // substitution ends (`${x:-$( #)$((` + a line break + `cmd))}` runs cmd).
-    let quoting = value.contains(['\'', '"', '\\', '`', '#', '\n']) || value.contains("<(") || value.contains(">(");
-    (plain && !*indirect && !quoting).then_some(value)
+        | Pe::RemoveSmallestSuffixPattern { pattern: v, .. }
+        | Pe::RemoveLargestSuffixPattern { pattern: v, .. }
+        | Pe::RemoveSmallestPrefixPattern { pattern: v, .. }
+        | Pe::RemoveLargestPrefixPattern { pattern: v, .. }
+        | Pe::UppercaseFirstChar { pattern: v, .. }
+        | Pe::UppercasePattern { pattern: v, .. }
+        | Pe::LowercaseFirstChar { pattern: v, .. }
+        | Pe::LowercasePattern { pattern: v, .. } => v.as_deref().into_iter().collect(),
+        Pe::ReplaceSubstring {
+            pattern, replacement, ..
+        } => std::iter::once(pattern.as_str())
+            .chain(replacement.as_deref())
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Whether an operand of a parameter expansion reads the same in and out
+/// of double quotes, so the gate can judge it as a word: the parameter is
+/// a plain name or number, and the operand holds no single quote, escape,
+/// backquote, `#`, line break or process substitution (in a `$(` inside
+/// `${...}` the parser and bash disagree about where a comment starts).
+fn walkable_operand(pe: &brush_parser::word::ParameterExpr, operand: &str) -> bool {
+    use brush_parser::word::Parameter;
+    let plain = parameter_of(pe)
+        .is_some_and(|(p, indirect)| !indirect && matches!(p, Parameter::Named(_) | Parameter::Positional(_)));
+    plain && !operand.contains(['\'', '\\', '`', '#', '\n']) && !operand.contains("<(") && !operand.contains(">(")
 }
 
 /// The parameter of an expansion, and whether it is indirect (`${!x}`);
@@ -1599,6 +1672,9 @@ pub struct ArithmeticNames<'a> {
     pub read: Vec<&'a str>,
     /// Variables it assigns (`n = 1`, `n += 1`, `n++`, `a[i] = 1`).
     pub assigned: Vec<&'a str>,
+    /// Variables it assigns a value built without their old one (`n = 1`,
+    /// not `n += 1`, `n++` or `n = n + 1`).
+    pub initialized: Vec<&'a str>,
     /// Text in it whose value the gate cannot know: a command
     /// substitution's output, a positional parameter, `$@`, `${!x}`.
     pub unknown: Option<String>,
@@ -1618,6 +1694,47 @@ pub fn arithmetic_names(expr: &str) -> ArithmeticNames<'_> {
             .count()
     };
     let is_ident_start = |c: u8| c.is_ascii_alphabetic() || c == b'_';
+    let is_ident = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
+    // Where the last expansion (`$x`, `${x}`) ended: text joined to it is
+    // the joined expansion's own.
+    let mut last_expansion_end = usize::MAX;
+    // Whether an identifier character sits next to position `at` (looking
+    // left from it, or right from it), quotes skipped: `w$x`, `w"$x"`,
+    // `${x}w` build a name at run time.
+    let joined_left = |at: usize, last_end: usize| {
+        let mut p = at;
+        while p > 0 && matches!(b[p - 1], b'"' | b'\'' | b'\\') {
+            p -= 1;
+        }
+        p > 0 && p != last_end && is_ident(b[p - 1])
+    };
+    let joined_right = |at: usize| {
+        let mut p = at;
+        while p < b.len() && matches!(b[p], b'"' | b'\'' | b'\\') {
+            p += 1;
+        }
+        p < b.len() && is_ident(b[p])
+    };
+    let joined = "an expansion joined to a name or number (`w$x`), which builds a name the gate cannot know";
+    // The end of the bracketed subscript starting at `from` (a `[`), past its `]`.
+    let subscript_end = |from: usize| {
+        let mut depth = 0usize;
+        let mut k = from;
+        while k < b.len() {
+            match b[k] {
+                b'[' => depth += 1,
+                b']' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        return Some(k + 1);
+                    }
+                }
+                _ => {}
+            }
+            k += 1;
+        }
+        None
+    };
     let mut i = 0;
     while i < b.len() {
         let c = b[i];
@@ -1629,6 +1746,13 @@ pub fn arithmetic_names(expr: &str) -> ArithmeticNames<'_> {
         }
         if c == b'$' {
             let next = b.get(i + 1).copied();
+            let expansion = matches!(
+                next,
+                Some(b'{' | b'(' | b'[' | b'#' | b'?' | b'$' | b'!' | b'@' | b'*' | b'-')
+            ) || next.is_some_and(|n| n.is_ascii_alphanumeric() || n == b'_');
+            if expansion && joined_left(i, last_expansion_end) {
+                out.unknown.get_or_insert_with(|| joined.into());
+            }
             match next {
                 Some(b'(') if is_arithmetic_expansion(&expr[i + 2..]) => i += 3, // its text is arithmetic too
                 Some(b'(') => {
@@ -1642,35 +1766,71 @@ pub fn arithmetic_names(expr: &str) -> ArithmeticNames<'_> {
                 }
                 Some(b'{') => {
                     let j = i + 2;
-                    match b.get(j).copied() {
-                        // `${#x}`, `${#a[@]}`, `${#}`: a length, a number.
-                        Some(b'#') if b.get(j + 1).is_some_and(|n| is_ident_start(*n)) => {
-                            i = j + 1 + ident_len(j + 1);
+                    // Only `${x}`, `${x[...]}`, `${#x}`, `${#x[...]}`, `${#}`,
+                    // `${?}`, `${$}` are known; any operator is not.
+                    let (name_at, length) = match b.get(j).copied() {
+                        Some(b'#') if b.get(j + 1).is_some_and(|n| is_ident_start(*n)) => (j + 1, true),
+                        Some(b'#' | b'?' | b'$') if b.get(j + 1) == Some(&b'}') => {
+                            i = j + 2;
+                            last_expansion_end = i;
+                            if joined_right(i) {
+                                out.unknown.get_or_insert_with(|| joined.into());
+                            }
+                            continue;
                         }
-                        Some(b'#' | b'?' | b'$') if b.get(j + 1) == Some(&b'}') => i = j + 2,
-                        Some(n) if is_ident_start(n) => {
-                            let len = ident_len(j);
-                            out.read.push(&expr[j..j + len]);
-                            i = j + len;
-                        }
-                        _ => {
-                            out.unknown.get_or_insert_with(|| {
-                                format!(
-                                    "`{}`, a parameter whose value the gate cannot know",
-                                    &expr[i..(i + 4).min(expr.len())]
-                                )
-                            });
-                            i = j;
-                        }
+                        Some(n) if is_ident_start(n) => (j, false),
+                        _ => (usize::MAX, false),
+                    };
+                    if name_at == usize::MAX {
+                        out.unknown.get_or_insert_with(|| {
+                            let shown: String = expr[i..].chars().take(4).collect();
+                            format!("`{shown}`, a parameter whose value the gate cannot know")
+                        });
+                        i = j;
+                        continue;
                     }
+                    let len = ident_len(name_at);
+                    let after = name_at + len;
+                    let close = match b.get(after) {
+                        Some(b'}') => Some(after),
+                        Some(b'[') => subscript_end(after).filter(|e| b.get(*e) == Some(&b'}')),
+                        _ => None,
+                    };
+                    let Some(close) = close else {
+                        out.unknown.get_or_insert_with(|| {
+                            "a parameter expansion with an operator, whose value the gate cannot know".into()
+                        });
+                        i = after;
+                        continue;
+                    };
+                    if !length {
+                        out.read.push(&expr[name_at..after]);
+                    }
+                    if joined_right(close + 1) {
+                        out.unknown.get_or_insert_with(|| joined.into());
+                    }
+                    // A subscript is scanned as arithmetic of its own; the
+                    // expansion ends at its `}`.
+                    last_expansion_end = close + 1;
+                    i = after;
                 }
                 Some(n) if is_ident_start(n) => {
                     let len = ident_len(i + 1);
                     out.read.push(&expr[i + 1..i + 1 + len]);
                     i += 1 + len;
+                    last_expansion_end = i;
+                    if joined_right(i) {
+                        out.unknown.get_or_insert_with(|| joined.into());
+                    }
                 }
                 // `$#`, `$?`, `$$`, `$!`: numbers by construction.
-                Some(b'#' | b'?' | b'$' | b'!') => i += 2,
+                Some(b'#' | b'?' | b'$' | b'!') => {
+                    i += 2;
+                    last_expansion_end = i;
+                    if joined_right(i) {
+                        out.unknown.get_or_insert_with(|| joined.into());
+                    }
+                }
                 Some(n) if n.is_ascii_digit() || matches!(n, b'@' | b'*' | b'-') => {
                     out.unknown.get_or_insert_with(|| {
                         format!("`${}`, a parameter whose value the gate cannot know", n as char)
@@ -1739,6 +1899,28 @@ pub fn arithmetic_names(expr: &str) -> ArithmeticNames<'_> {
         let prefixed = before.ends_with("++") || before.ends_with("--");
         if plain_assignment || compound || prefixed {
             out.assigned.push(name);
+        }
+        if plain_assignment && !prefixed {
+            // The value, up to the next `,` or `;` outside parentheses.
+            let mut depth = 0usize;
+            let value_end = b[k + 1..]
+                .iter()
+                .position(|c| match c {
+                    b'(' => {
+                        depth += 1;
+                        false
+                    }
+                    b')' if depth > 0 => {
+                        depth -= 1;
+                        false
+                    }
+                    b',' | b';' => depth == 0,
+                    _ => false,
+                })
+                .map_or(b.len(), |p| k + 1 + p);
+            if !identifiers(&expr[k + 1..value_end]).any(|n| n == name) {
+                out.initialized.push(name);
+            }
         }
         // `n = 1` only assigns; `n += 1`, `n++` read the old value too.
         if !plain_assignment {

@@ -472,6 +472,8 @@ pub fn is_dangerous_env(name: &str) -> bool {
         "BROWSER",
         "PERF_PAGER",
         "PERF_EXEC_PATH",
+        // wget reads its options (`use_askpass` runs a program) from there.
+        "WGETRC",
         "EDITOR",
         "VISUAL",
         "HOME",
