@@ -1680,6 +1680,25 @@ pub struct ArithmeticNames<'a> {
     pub unknown: Option<String>,
 }
 
+/// Where the bracketed subscript that opens at `b[from]` (a `[`) ends,
+/// past its `]`; `None` when it is not closed.
+fn past_subscript(b: &[u8], from: usize) -> Option<usize> {
+    let mut depth = 0usize;
+    for (k, c) in b.iter().enumerate().skip(from) {
+        match c {
+            b'[' => depth += 1,
+            b']' => {
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    return Some(k + 1);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
 /// The variables an arithmetic expression reads and assigns; see
 /// [`ArithmeticNames`]. Quotes are ignored (bash removes double quotes in
 /// arithmetic); what follows a name inside `${...}` (`${x:-PATH=1}`) is read
@@ -1716,25 +1735,7 @@ pub fn arithmetic_names(expr: &str) -> ArithmeticNames<'_> {
         p < b.len() && is_ident(b[p])
     };
     let joined = "an expansion joined to a name or number (`w$x`), which builds a name the gate cannot know";
-    // The end of the bracketed subscript starting at `from` (a `[`), past its `]`.
-    let subscript_end = |from: usize| {
-        let mut depth = 0usize;
-        let mut k = from;
-        while k < b.len() {
-            match b[k] {
-                b'[' => depth += 1,
-                b']' => {
-                    depth -= 1;
-                    if depth == 0 {
-                        return Some(k + 1);
-                    }
-                }
-                _ => {}
-            }
-            k += 1;
-        }
-        None
-    };
+    let subscript_end = |from: usize| past_subscript(b, from);
     let mut i = 0;
     while i < b.len() {
         let c = b[i];
@@ -1858,21 +1859,7 @@ pub fn arithmetic_names(expr: &str) -> ArithmeticNames<'_> {
         // After the name, and its subscript if any: the operator.
         let mut k = i + len;
         if b.get(k) == Some(&b'[') {
-            let mut depth = 0usize;
-            while k < b.len() {
-                match b[k] {
-                    b'[' => depth += 1,
-                    b']' => {
-                        depth -= 1;
-                        if depth == 0 {
-                            k += 1;
-                            break;
-                        }
-                    }
-                    _ => {}
-                }
-                k += 1;
-            }
+            k = past_subscript(b, k).unwrap_or(b.len());
         }
         while b.get(k).is_some_and(u8::is_ascii_whitespace) {
             k += 1;
