@@ -86,6 +86,9 @@ pub struct HeldContext {
     /// actions held by earlier builds.
     #[serde(default)]
     pub env: Vec<(String, String)>,
+    /// The salt of those digests.
+    #[serde(default)]
+    pub env_salt: String,
 }
 
 /// A held action's preview, as `show` displays it and `resume` lands it.
@@ -195,11 +198,10 @@ impl Request {
         }
     }
 
-    /// The argv the sandbox executes. A script is bash's command string
-    /// after `--`, so that one starting with `-` is a command, not options.
+    /// The argv the sandbox executes (see [`script_argv`]).
     fn sandbox_argv(&self) -> Vec<String> {
         match &self.script {
-            Some(s) => vec!["bash".into(), "-c".into(), "--".into(), s.clone()],
+            Some(s) => script_argv(s),
             None => self.argv.clone(),
         }
     }
@@ -207,6 +209,12 @@ impl Request {
     fn command_text(&self) -> String {
         self.script.clone().unwrap_or_else(|| shell_words(&self.argv))
     }
+}
+
+/// How a script runs: bash's command string after `--`, so that one
+/// starting with `-` is a command, not bash's options.
+fn script_argv(script: &str) -> Vec<String> {
+    vec!["bash".into(), "-c".into(), "--".into(), script.to_string()]
 }
 
 /// An argv as a shell would need it typed: each word that is not plain
@@ -523,10 +531,14 @@ fn env_digest_of(env: &[(String, String)]) -> String {
 }
 
 /// Each variable's name with a short digest of its value, as a held
-/// action keeps them (see [`HeldContext::env`]).
-fn env_names(env: &[(String, String)]) -> Vec<(String, String)> {
+/// action keeps them (see [`HeldContext::env`]); salted per action, so that
+/// a short value (a PIN passed through) cannot be looked up from it.
+fn env_names(env: &[(String, String)], salt: &str) -> Vec<(String, String)> {
     env.iter()
-        .map(|(k, v)| (k.clone(), approval::sha256_hex(v.as_bytes())[..16].to_string()))
+        .map(|(k, v)| {
+            let salted = [salt.as_bytes(), b"\0", v.as_bytes()].concat();
+            (k.clone(), approval::sha256_hex(&salted)[..16].to_string())
+        })
         .collect()
 }
 
@@ -1058,6 +1070,12 @@ fn hold(
     b.workspace_fingerprint = with_preview(b.workspace_fingerprint, preview.as_ref());
     let has_preview = preview.is_some();
     let env = bound_env(policy, &req.workspace, &req.cwd);
+    let env_salt = {
+        let mut b = [0u8; 16];
+        // Without randomness the digests are merely unsalted.
+        let _ = getrandom::fill(&mut b);
+        crate::policy::hex(&b)
+    };
     let context = HeldContext {
         workspace: req.workspace.clone(),
         files: policy.files.clone(),
@@ -1068,7 +1086,8 @@ fn hold(
             .collect(),
         preview,
         no_preview,
-        env: env_names(&env),
+        env_salt: env_salt.clone(),
+        env: env_names(&env, &env_salt),
     };
     let request = HoldRequest {
         session: req.session.clone(),
@@ -1266,7 +1285,7 @@ pub fn resume_opened(id: &str, state: &Path, store: ApprovalStore) -> Finished {
     };
     let cwd = PathBuf::from(&action.intent.cwd);
     let argv = match (&action.intent.script, &action.intent.argv) {
-        (Some(s), _) => vec!["bash".to_string(), "-c".to_string(), s.clone()],
+        (Some(s), _) => script_argv(s),
         (None, Some(a)) => a.clone(),
         (None, None) => {
             return refused(
@@ -1343,10 +1362,18 @@ pub fn resume_opened(id: &str, state: &Path, store: ApprovalStore) -> Finished {
                 ApprovalError::Changed { .. }
                     if action.intent.env_digest != current.intent.env_digest && !ctx.env.is_empty() =>
                 {
-                    format!(" (the environment: {})", env_changes(&ctx.env, &env_names(&env_now)))
+                    format!(
+                        " (the environment: {})",
+                        env_changes(&ctx.env, &env_names(&env_now, &ctx.env_salt))
+                    )
                 }
                 _ => String::new(),
             };
+            let mut receipt = receipt;
+            if matches!(e, ApprovalError::AlreadyRunning { .. }) {
+                // Still held for this caller: it waits, as for a hold.
+                receipt.decision = Some(Verdict::Ask);
+            }
             refused(
                 &mut log,
                 receipt,

@@ -137,7 +137,7 @@ pub fn ensure(dir: &std::path::Path) -> Result<PathBuf, StateError> {
 
 /// This environment's instance id: the machine's boot id, this state
 /// directory's own random id (created once) and its identity on disk
-/// (device and inode), and the workspace path. An approval made here does
+/// (inode and birth time), and the workspace path. An approval made here does
 /// not work in a copy of the workspace elsewhere, after a reboot, or with
 /// another state directory, a copy of this one included (its random id
 /// copied along, a copy would hold the approval unspent after the original
@@ -181,16 +181,24 @@ pub fn env_instance_id(state_dir: &std::path::Path, workspace: &std::path::Path)
     if boot.trim().is_empty() {
         return Err(StateError::NoBootId(std::io::Error::other("it is empty")));
     }
+    // Its inode and birth time, not its device: a device number is not
+    // kept across an NFS or autofs remount or a container's restart, which
+    // would void every approval; a copy gets a new inode and birth time.
     let dir = std::fs::metadata(state_dir).map_err(|e| StateError::Create {
         path: state_dir.to_path_buf(),
         source: e,
     })?;
+    let born = dir
+        .created()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_nanos());
     let mut h = Sha256::new();
     h.update(boot.trim().as_bytes());
     h.update([0]);
     h.update(id.as_bytes());
     h.update([0]);
-    h.update(format!("{}:{}", dir.dev(), dir.ino()).as_bytes());
+    h.update(format!("{}:{born}", dir.ino()).as_bytes());
     h.update([0]);
     h.update(workspace.as_os_str().as_encoded_bytes());
     Ok(format!("env_{}", &crate::policy::hex(&h.finalize())[..24]))

@@ -1029,9 +1029,13 @@ fn a_resume_while_the_action_runs_elsewhere_is_told_to_wait() {
         eventually(|| std::fs::read_to_string(w.ws.join("logs/runs.log")).is_ok_and(|l| l == "run\n")),
         "the command started"
     );
-    let o = w.tx(&["resume", &id]);
+    let receipt = w.outside.join("waiting.json");
+    let o = w.tx(&["resume", "--receipt", receipt.to_str().unwrap(), &id]);
     assert_eq!(o.status.code(), Some(75), "{}", text(&o));
     assert!(text(&o).contains("already running"), "{}", text(&o));
+    // Its receipt says so as a hold's does: the harness waits.
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&receipt).unwrap()).unwrap();
+    assert_eq!(r["decision"], "ask", "{r}");
     std::fs::write(w.ws.join("logs/go"), "").unwrap();
     assert!(first.wait_with_output().unwrap().status.success());
     let o = w.tx(&["resume", &id]);

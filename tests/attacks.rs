@@ -3661,7 +3661,12 @@ fn the_persons_global_ignore_and_attributes_files_in_the_workspace_are_kept() {
     )
     .unwrap();
     w.write("ignore_global", "*.tmp\n");
-    let script = "rm -f ignore_global; mkfifo ignore_global; mkfifo attributes_global; echo DONE";
+    // And one a repository's own configuration names relatively: git
+    // takes it from the top of the work tree.
+    host_git(&w, &["config", "core.excludesFile", "myexcl"]);
+    w.write("myexcl", "*.o\n");
+    let script =
+        "rm -f ignore_global; mkfifo ignore_global; mkfifo attributes_global; rm -f myexcl; mkfifo myexcl; echo DONE";
     let git_status = |w: &World| {
         Command::new("timeout")
             .args(["3", "git", "status", "--short"])
@@ -3686,6 +3691,12 @@ fn the_persons_global_ignore_and_attributes_files_in_the_workspace_are_kept() {
         text(&o)
     );
     assert!(!exists(&w.ws.join("attributes_global")), "{}", text(&o));
+    assert_eq!(
+        std::fs::read_to_string(w.ws.join("myexcl")).unwrap(),
+        "*.o\n",
+        "{}",
+        text(&o)
+    );
     assert_eq!(git_status(&w), Some(0), "the person's git answers");
     // Control: without the sandbox, git hangs on the FIFO.
     let c = w.control(script);

@@ -95,7 +95,7 @@ def _default_state_dir() -> Path:
     """tether-exec's own default state directory (as it resolves it)."""
     explicit = os.environ.get("TETHER_EXEC_STATE_DIR")
     if explicit:
-        return Path(explicit)
+        return Path(explicit).absolute()
     xdg = os.environ.get("XDG_STATE_HOME")
     if xdg and os.path.isabs(xdg):
         return Path(xdg) / "tether-exec"
@@ -142,7 +142,12 @@ class TetherExec:
         self.workspace = Path(workspace).resolve()
         self.session = session
         self.binary = binary or os.environ.get("TETHER_EXEC_BIN") or shutil.which("tether-exec") or "tether-exec"
-        self.state_dir = Path(state_dir).resolve() if state_dir else None
+        # A state directory named by the environment is made absolute here
+        # and passed on: tether-exec runs in the workspace, where a relative
+        # one would name another directory than the one policies go to.
+        from_env = os.environ.get("TETHER_EXEC_STATE_DIR")
+        chosen = state_dir or from_env
+        self.state_dir = Path(chosen).absolute() if chosen else None
         policy_dict: dict[str, Any] = {}
         if isinstance(policy, dict):
             policy_dict = policy

@@ -110,6 +110,11 @@ pub enum Making {
 pub struct CreateGuard {
     /// The workspace as the sandbox sees it (at its own path).
     pub workspace: PathBuf,
+    /// The git directories the plan knows (absolute), each an overlay of
+    /// its own whose control files the check of what lands refuses: the
+    /// guard's rule for git directories a run did not make is for the
+    /// others (see `sandbox::apply`'s guard).
+    pub known_git_dirs: Vec<PathBuf>,
     /// A `HEAD` was at the top of the workspace when the run was planned:
     /// then `objects`, `refs` and `config` beside it would complete a git
     /// directory there too.
@@ -1118,6 +1123,7 @@ pub fn build(
         repo_at_top: facts.repo_at_top,
         include_paths: includes.paths.iter().map(|p| workspace.join(p)).collect(),
         nested_trees: facts.nested_trees.clone(),
+        known_git_dirs: facts.git_overlays.iter().map(|(d, _, _)| d.clone()).collect(),
     });
     Ok(Plan {
         workspace_identities,
@@ -1699,6 +1705,7 @@ mod tests {
     fn the_create_guard_refuses_what_it_protects_and_nothing_else() {
         use std::ffi::OsStr;
         let g = CreateGuard {
+            known_git_dirs: vec![],
             workspace: "/w".into(),
             head_at_top: false,
             repo_at_top: true,
@@ -1830,7 +1837,7 @@ mod tests {
             making in proptest::sample::select(vec![Making::Directory, Making::Other, Making::MovedDirectory]),
             head in proptest::bool::ANY,
         ) {
-            let g = CreateGuard { workspace: "/w".into(), head_at_top: head, repo_at_top: !head, include_paths: vec![], nested_trees: vec![] };
+            let g = CreateGuard { workspace: "/w".into(), known_git_dirs: vec![], head_at_top: head, repo_at_top: !head, include_paths: vec![], nested_trees: vec![] };
             let mut parent = PathBuf::from(if inside { "/w" } else { "/elsewhere" });
             parent.extend(&parts);
             let refused = g.refuses(std::ffi::OsStr::new(name), making, || Some(parent.clone())).is_some();

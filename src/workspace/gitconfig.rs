@@ -134,13 +134,18 @@ pub fn includes(
         }
     }
     let mut found = GitIncludes::default();
+    // The person's homes, for the files their git reads there: not one in
+    // the workspace (tether sets `HOME` to the workspace; the person's git
+    // runs with their own).
+    let person_homes: Vec<PathBuf> = homes.iter().filter(|h| !h.starts_with(root)).cloned().collect();
     // Where git reads the person's global ignore and attributes files when
     // no `core.excludesFile`/`core.attributesFile` names others.
-    let xdg = std::env::var_os("XDG_CONFIG_HOME").filter(|x| Path::new(x).is_absolute());
+    let xdg =
+        std::env::var_os("XDG_CONFIG_HOME").filter(|x| Path::new(x).is_absolute() && !Path::new(x).starts_with(root));
     let config_homes: Vec<PathBuf> = xdg
         .map(PathBuf::from)
         .into_iter()
-        .chain(homes.iter().map(|h| h.join(".config")))
+        .chain(person_homes.iter().map(|h| h.join(".config")))
         .collect();
     for base in &config_homes {
         for name in ["git/ignore", "git/attributes"] {
@@ -218,9 +223,12 @@ pub fn includes(
         }
         // Read like an included file (protected like one: a FIFO put in its
         // place would hang every git command of the person's).
+        // A relative one is taken from the top of the work tree git runs in.
         for (line, value) in values.read_files {
-            for target in expand(&value, &base, homes) {
-                found.follow(root, &target, &format!("{shown}:{line}"), line)?;
+            for tree in &trees {
+                for target in expand(&value, tree, &person_homes) {
+                    found.follow(root, &target, &format!("{shown}:{line}"), line)?;
+                }
             }
         }
         // Relative to where hooks run, the top of a work tree: the

@@ -1444,7 +1444,9 @@ fn read_git_includes(root: &Path, layout: &GitLayout) -> GitIncludesRead {
     for d in &layout.dirs {
         if d.parent().and_then(Path::file_name) == Some(std::ffi::OsStr::new("worktrees")) {
             if let Ok(named) = read_planted(&root.join(d).join("gitdir"), 4096) {
-                let named = PathBuf::from(std::ffi::OsStr::from_bytes(named.trim_ascii()));
+                // Absolute, or (git 2.48's relative worktrees) from the
+                // worktree's git directory.
+                let named = root.join(d).join(std::ffi::OsStr::from_bytes(named.trim_ascii()));
                 trees.extend(named.parent().map(Path::to_path_buf));
             }
         }
@@ -1825,7 +1827,7 @@ const TOOL_CACHES: &[&str] = &[
 
 /// Whether the workspace-relative `rel` is in one of the [`TOOL_CACHES`] at
 /// the top of the workspace, or in Go's module cache (`go/pkg/mod`).
-fn in_tool_cache(rel: &Path) -> bool {
+pub fn in_tool_cache(rel: &Path) -> bool {
     let mut parts = rel.components().map(|c| c.as_os_str());
     let first = parts.next().unwrap_or_default();
     TOOL_CACHES.iter().any(|c| first == *c) || (first == "go" && parts.next() == Some("pkg".as_ref()))

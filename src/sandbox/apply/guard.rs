@@ -932,10 +932,16 @@ impl Guard {
         {
             return None;
         }
-        let in_workspace = path().is_some_and(|p| p.starts_with(&self.guard.workspace));
+        // Known ones are overlays, whose landing refuses control files
+        // anyway; clones tools keep under `HOME` (the workspace) are theirs.
+        let unknown = path().is_some_and(|p| {
+            p.strip_prefix(&self.guard.workspace)
+                .is_ok_and(|r| !crate::workspace::in_tool_cache(r))
+                && !self.guard.known_git_dirs.contains(&p)
+        });
         let git_dir = path().is_some_and(|p| p.file_name() == Some(OsStr::new(".git")))
             || identity_at(&place.dir, c"HEAD").is_some();
-        (in_workspace && git_dir).then_some(
+        (unknown && git_dir).then_some(
             "a control file of a git directory this run did not make (another run's, or one made while this run lasted): the host's git may obey it at once",
         )
     }
