@@ -3346,34 +3346,41 @@ fn same_file(w: &World, a: &str, b: &str) -> bool {
 const WRITE_IN_PLACE: &str =
     "python3 -c \"import os, sys; fd = os.open(sys.argv[1], os.O_RDWR); os.pwrite(fd, b'X', 100)\"";
 
+/// A script that writes an executable `pre-commit` in `dir` that touches
+/// `hook-ran` outside the workspace, and prints `said`.
+fn plant_hook(w: &World, dir: &str, said: &str) -> String {
+    format!(
+        "mkdir -p {dir} && printf '#!/bin/sh\\ntouch {}\\n' > {dir}/pre-commit && chmod +x {dir}/pre-commit && echo {said}",
+        w.outside.join("hook-ran").display()
+    )
+}
+
+/// The person's own `git commit` in `tree`, whatever it says.
+fn persons_commit_in(tree: &Path) {
+    let _ = Command::new("git")
+        .args([
+            "-c",
+            "user.email=t@t",
+            "-c",
+            "user.name=t",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            "person",
+        ])
+        .current_dir(tree)
+        .output();
+}
+
 /// `core.hooksPath` naming a folder of the workspace (`.githooks`, husky's
 /// `.husky/_`): git runs what is there on the person's commit as it runs
 /// `.git/hooks`, so a run may neither write a hook there nor make the
 /// folder where it does not exist yet. Bound and captured alike.
 #[test]
 fn hooks_a_configuration_names_in_the_workspace_are_protected() {
-    let hook = |w: &World, dir: &str| {
-        format!(
-            "mkdir -p {dir} && printf '#!/bin/sh\\ntouch {}\\n' > {dir}/pre-commit && chmod +x {dir}/pre-commit && echo PLANTED",
-            w.outside.join("hook-ran").display()
-        )
-    };
-    let commit = |w: &World| {
-        let _ = Command::new("git")
-            .args([
-                "-c",
-                "user.email=t@t",
-                "-c",
-                "user.name=t",
-                "commit",
-                "-q",
-                "--allow-empty",
-                "-m",
-                "person",
-            ])
-            .current_dir(&w.ws)
-            .output();
-    };
+    let hook = |w: &World, dir: &str| plant_hook(w, dir, "PLANTED");
+    let commit = |w: &World| persons_commit_in(&w.ws);
     for (dir, exists_before) in [(".githooks", true), (".husky/_", false)] {
         for policy in ["", "overlay = true\non_violation = \"drop\"\n"] {
             let w = World::new();
@@ -3467,30 +3474,15 @@ fn relative_hooks_of_submodules_and_linked_worktrees_are_protected() {
         w
     };
     let plant = |w: &World| {
-        let hook = |dir: &str| {
-            format!(
-                "mkdir -p {dir} && printf '#!/bin/sh\\ntouch {}\\n' > {dir}/pre-commit && chmod +x {dir}/pre-commit && echo PLANTED-{dir}",
-                w.outside.join("hook-ran").display()
-            )
-        };
-        format!("{}; {}; true", hook("sub/.githooks"), hook("wt/.husky/_"))
+        format!(
+            "{}; {}; true",
+            plant_hook(w, "sub/.githooks", "PLANTED-sub/.githooks"),
+            plant_hook(w, "wt/.husky/_", "PLANTED-wt/.husky/_")
+        )
     };
     let commits = |w: &World| {
         for tree in ["sub", "wt"] {
-            let _ = Command::new("git")
-                .args([
-                    "-c",
-                    "user.email=t@t",
-                    "-c",
-                    "user.name=t",
-                    "commit",
-                    "-q",
-                    "--allow-empty",
-                    "-m",
-                    "person",
-                ])
-                .current_dir(w.ws.join(tree))
-                .output();
+            persons_commit_in(&w.ws.join(tree));
         }
     };
     let w = setup();
