@@ -1448,17 +1448,11 @@ impl Planner<'_> {
         // The object stores a repository borrows from: git reads each one
         // named there, and on from its own list, wherever it is (a FIFO
         // there hangs every git command; a store outside is trusted).
-        let alternates = rel.parent().and_then(|info| info.parent()).filter(|objects| {
-            objects.file_name() == Some("objects".as_ref())
-                && rel.parent().and_then(Path::file_name) == Some("info".as_ref())
-                && matches!(
-                    rel.file_name().map(|n| n.as_bytes()),
-                    Some(b"alternates" | b"http-alternates")
-                )
-        });
-        if what != "deletes"
-            && alternates.is_some_and(|o| o.parent().is_some_and(|d| self.known_git_dirs().any(|k| k == d)))
-        {
+        let alternates = ["objects/info/alternates", "objects/info/http-alternates"];
+        let borrows = alternates
+            .iter()
+            .any(|a| self.known_git_dirs().any(|d| rel == d.join(a)));
+        if what != "deletes" && borrows {
             self.out.violations.push(format!(
                 "{what} `{r}`: the object stores a repository borrows from (git reads each one it names, wherever it is, and hangs on a FIFO there); what was there before the run stays"
             ));
